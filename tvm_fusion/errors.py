@@ -1,0 +1,38 @@
+"""One error family for everything tvm-fusion reports to a user.
+
+Every message says what was expected, what was got, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class TvmFusionError(Exception):
+    """Base class of every error tvm-fusion raises on purpose."""
+
+
+class ModelImportError(TvmFusionError):
+    """The model file could not be read or converted to Relax."""
+
+
+class MissingShapeError(ModelImportError):
+    """A model input has a dynamic dimension and no ``--shape`` was given for it."""
+
+
+class UnsupportedOpError(ModelImportError):
+    """The model uses operators that TVM's importer cannot convert."""
+
+
+class TargetError(TvmFusionError):
+    """An unknown target name or a malformed hardware description."""
+
+
+class PlanError(TvmFusionError):
+    """A fusion plan that does not fit the model it is applied to."""
+
+
+class LogError(TvmFusionError):
+    """A tuning log directory that cannot be used as asked."""
+
+
+class ModuleLoadError(TvmFusionError):
+    """A compiled module that cannot be loaded or called with the given inputs."""
