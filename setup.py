@@ -1,0 +1,25 @@
+"""tvm-fusion: fusion-aware auto-scheduling for Apache TVM."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tvm-fusion",
+    version="0.1.0",
+    description="Fusion-aware auto-scheduling extension for Apache TVM",
+    packages=find_packages(include=["tvm_fusion", "tvm_fusion.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        # 0.1.15 segfaults in tvm.ir.save_json of TIR, which kills every MetaSchedule run.
+        "apache-tvm-ffi==0.1.14.post1",
+        "xgboost-cpu>=2.0",
+        "numpy>=1.24",
+        "onnx>=1.15",
+        "onnxruntime>=1.17",
+        # MetaSchedule's worker pool needs both at run time; apache-tvm does not pull them.
+        "psutil",
+        "cloudpickle",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+    entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
+)

@@ -1,0 +1,53 @@
+"""tvm-fusion: fusion-aware auto-scheduling for Apache TVM.
+
+The pipeline, one function per stage, each usable alone::
+
+    model = import_model("model.onnx", shapes={"x": (1, 3, 224, 224)})
+    graph = build_graph(model.mod)
+    plan = plan_fusion(graph, "host")
+    fused = apply_plan(graph, plan)
+    report = tune(model, "host", trials=64, logs="tuning_logs")
+    compile_model(model, "host", logs="tuning_logs").export("model.so")
+    outputs = load_module("model.so")(x)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .deploy import CompiledModel, Module, compile_model, load_module
+from .errors import TvmFusionError
+from .frontend import ImportedModel, TensorInfo, import_model, parse_shape
+from .graph import OpGraph, build_graph
+from .plan import FusedGroup, FusionPlan, apply_plan
+from .targets import HardwareTarget, list_targets, load_target
+from .tune import TuneReport, tune
+
+
+def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host") -> FusionPlan:
+    """Partition ``graph``'s operators into kernels for ``target``.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        From :func:`build_graph`.
+    target : str or HardwareTarget
+        A name from ``hw_targets/`` or ``"host"``.
+
+    Returns
+    -------
+    FusionPlan
+        Groups of operators, each with its predicted time and the reason for it.
+    """
+    from .plan import plan_fuseops
+
+    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    return plan_fuseops(graph, hw)
+
+
+__all__ = [
+    "CompiledModel", "FusedGroup", "FusionPlan", "HardwareTarget", "ImportedModel",
+    "Module", "OpGraph", "TensorInfo", "TuneReport", "TvmFusionError", "apply_plan",
+    "build_graph", "compile_model", "import_model", "list_targets", "load_module",
+    "load_target", "parse_shape", "plan_fusion", "tune",
+]

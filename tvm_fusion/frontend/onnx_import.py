@@ -1,0 +1,144 @@
+"""Import an ONNX model into Relax: fix input shapes, fold shape subgraphs, convert."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import tvm
+from google.protobuf.message import DecodeError
+
+from tvm_fusion.errors import ModelImportError
+
+from .convert import check_supported, convert, struct_tensor_infos
+from .fold import fix_input_shapes, fold_constants
+from .shapes import TensorInfo, graph_inputs, onnx_dtype_name, resolve_shapes
+
+ModelSource = str | os.PathLike | onnx.ModelProto | bytes
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    """A model imported into Relax, with what is needed to check it against ONNX Runtime.
+
+    ``mod["main"]`` takes ``inputs`` in order and returns ``outputs`` in order (a tuple
+    when there are several); weights are embedded as constants. ``onnx_model`` is the
+    shape-fixed, folded ONNX model the module was converted from.
+    """
+
+    mod: tvm.IRModule
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    onnx_model: onnx.ModelProto
+    model_hash: str
+    source: str
+
+
+def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None = None,
+                 *, name: str | None = None) -> ImportedModel:
+    """Import an ONNX model into a static-shape Relax module.
+
+    Parameters
+    ----------
+    model : str, os.PathLike, onnx.ModelProto or bytes
+        A path to an ``.onnx`` file, a loaded model, or its serialized bytes.
+    shapes : mapping of str to sequence of int, optional
+        Static shapes of inputs, e.g. ``{"x": (1, 3, 224, 224)}``. Required for every
+        input with a dynamic dim; inputs whose dims are all static may be left out.
+    name : str, optional
+        What to call the model in messages and in ``source``; defaults to the path.
+
+    Returns
+    -------
+    ImportedModel
+
+    Raises
+    ------
+    ModelImportError
+        A missing or non-ONNX file, a shape for a name that is not an input, or a
+        failure inside TVM's converter (naming the node).
+    MissingShapeError
+        An input with dynamic dims has no shape.
+    UnsupportedOpError
+        The model uses op types TVM cannot convert; all of them are listed.
+    """
+    raw, proto, source = _load(model, name)
+    inputs = graph_inputs(proto)
+    dtypes = {i.name: _input_dtype(i, source) for i in inputs}
+    fixed = resolve_shapes(inputs, shapes, source)
+    folded = fold_constants(fix_input_shapes(proto, fixed))
+    check_supported(folded, source)
+    mod = convert(folded, fixed, dtypes, source)
+    out_names = [o.name for o in folded.graph.output]
+    return ImportedModel(
+        mod=mod,
+        inputs=tuple(TensorInfo(i.name, fixed[i.name], dtypes[i.name]) for i in inputs),
+        outputs=struct_tensor_infos(mod["main"].ret_ty, out_names),
+        onnx_model=folded,
+        model_hash=model_hash(raw, [(i.name, fixed[i.name]) for i in inputs]),
+        source=source,
+    )
+
+
+def model_hash(raw: bytes, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> str:
+    """sha256 hex of the model bytes and the fixed input shapes, in input order."""
+    digest = hashlib.sha256(raw)
+    digest.update(json.dumps([[n, list(s)] for n, s in shapes]).encode())
+    return digest.hexdigest()
+
+
+def _input_dtype(info: onnx.ValueInfoProto, source: str) -> str:
+    elem_type = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
+    try:
+        return onnx_dtype_name(elem_type)
+    except (KeyError, ValueError, TypeError):
+        raise ModelImportError(
+            f"input {info.name!r} of {source} is not a numeric tensor (it is a "
+            f"{info.type.WhichOneof('value') or 'untyped value'}, element type {elem_type}); "
+            "only numeric tensor inputs can be imported"
+        ) from None
+
+
+def _load(model: ModelSource, name: str | None) -> tuple[bytes, onnx.ModelProto, str]:
+    """The original bytes, a private parsed copy, and the name used in messages."""
+    if isinstance(model, onnx.ModelProto):
+        raw = model.SerializeToString()
+        return raw, onnx.ModelProto.FromString(raw), name or model.graph.name or "<model>"
+    if isinstance(model, (bytes, bytearray)):
+        source = name or "<bytes>"
+        return bytes(model), _parse(bytes(model), source), source
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        source = name or str(path)
+        if not path.exists():
+            raise ModelImportError(f"model file not found: {path} (expected an .onnx file)")
+        if not path.is_file():
+            raise ModelImportError(f"{path} is not a file (expected an .onnx file)")
+        raw = path.read_bytes()
+        proto = _parse(raw, str(path))
+        try:
+            # Models over 2 GB keep their weights next to the .onnx file.
+            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        except (OSError, ValueError) as err:
+            raise ModelImportError(f"cannot read the external weights of {path}: {err}") from err
+        return raw, proto, source
+    raise ModelImportError(
+        "expected a path, onnx.ModelProto or bytes for the model, got "
+        f"{type(model).__name__}")
+
+
+def _parse(raw: bytes, source: str) -> onnx.ModelProto:
+    try:
+        proto = onnx.ModelProto.FromString(raw)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        raise ModelImportError(f"{source} is not an ONNX model (cannot parse it: {err})") from None
+    # Arbitrary bytes sometimes parse as a protobuf; a real model has a version and outputs.
+    if proto.ir_version < 1 or not proto.graph.output or not proto.opset_import:
+        raise ModelImportError(
+            f"{source} is not an ONNX model (no IR version, opset or graph outputs in it)")
+    return proto

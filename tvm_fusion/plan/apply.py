@@ -1,0 +1,183 @@
+"""Apply a fusion plan: outline each group into one kernel.
+
+Each group of two or more operators becomes a Relax function marked ``Primitive``
+(exactly what FuseOps emits), then TVM's FuseTIR merges its call_tirs into one PrimFunc.
+Any partition works, not only FuseOps' own, as long as every group is convex (no path
+leaves a group and comes back into it).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import tvm
+from tvm import relax
+
+from ..errors import PlanError
+from ..graph import OpGraph
+from ..graph.op_graph import _is_call_tir
+from .fusion_plan import FusionPlan
+
+
+def check_plan(graph: OpGraph, plan: FusionPlan) -> None:
+    """Raise :class:`PlanError` unless ``plan`` partitions exactly ``graph``'s nodes."""
+    if plan.graph_signature != graph.signature:
+        raise PlanError(
+            f"the plan was made for graph {plan.graph_signature}, this model's graph is "
+            f"{graph.signature}: the model, its input shapes or the importer changed. "
+            "Re-plan (and re-tune) for this model.")
+    seen = [n for g in plan.groups for n in g.nodes]
+    want = {n.id for n in graph.nodes}
+    if sorted(seen) != sorted(want):
+        extra = sorted(set(seen) - want)
+        dup = sorted({n for n in seen if seen.count(n) > 1})
+        missing = sorted(want - set(seen))
+        raise PlanError(f"the plan does not partition the graph's {len(want)} nodes: "
+                        f"missing {missing[:10]}, duplicated {dup[:10]}, unknown {extra[:10]}")
+
+
+def _free_inputs(values, defined) -> list:
+    """Vars and constants used by ``values`` and not defined by ``defined``, in order."""
+    found: dict = {}
+    for value in values:
+        for arg in value.args[1].fields:
+            if isinstance(arg, relax.Var) and arg not in defined:
+                found.setdefault(arg, None)
+            elif not isinstance(arg, relax.Var) and arg not in found:
+                found[arg] = None  # a constant: becomes a parameter, as FuseOps does
+    return list(found)
+
+
+def _retarget(call: relax.Call, mapping: dict) -> relax.Call:
+    args = relax.Tuple([mapping.get(a, a) for a in call.args[1].fields])
+    return relax.Call(call.op, [call.args[0], args], call.attrs, call.ty_args)
+
+
+def _outline(bindings, escaping, name):
+    """Build the Primitive function of one group; return it and its arguments."""
+    defined = {b.var for b in bindings}
+    inputs = _free_inputs([b.value for b in bindings], defined)
+    params = [relax.Var(f"p_{i}", a.ty) for i, a in enumerate(inputs)]
+    mapping = dict(zip(inputs, params))
+    body, outs = [], []
+    for b in bindings:
+        is_out = b.var in escaping
+        var = (relax.Var if is_out else relax.DataflowVar)(b.var.name, b.var.ty)
+        body.append(relax.VarBinding(var, _retarget(b.value, mapping)))
+        mapping[b.var] = var
+        if is_out:
+            outs.append((b.var, var))
+    result = outs[0][1] if len(outs) == 1 else relax.Tuple([v for _, v in outs])
+    ret_ty = result.ty if len(outs) == 1 else relax.TupleType([v.ty for _, v in outs])
+    func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(body)], result), ret_ty)
+    func = func.with_attr("Primitive", 1).with_attr("global_symbol", name)
+    return func, inputs, [orig for orig, _ in outs]
+
+
+def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
+    """Outline every group of ``plan`` into one fused PrimFunc.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The graph the plan was made for (``build_graph`` output).
+    plan : FusionPlan
+        Any partition of the graph's nodes into convex groups.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main`` calls one PrimFunc per kernel of the plan.
+    """
+    check_plan(graph, plan)
+    mod = graph.mod
+    main = mod["main"]
+    block_idx = [i for i, b in enumerate(main.body.blocks) if isinstance(b, relax.DataflowBlock)][0]
+    block = main.body.blocks[block_idx]
+    bindings = list(block.bindings)
+    node_binding = [i for i, b in enumerate(bindings) if _is_call_tir(b.value)]
+    group_of = plan.group_of()
+
+    # Units: a whole group, or one binding outside any multi-node group.
+    unit_of: dict[int, object] = {}
+    for bi, b in enumerate(bindings):
+        unit_of[bi] = bi
+    for gi, g in enumerate(plan.groups):
+        if len(g.nodes) > 1:
+            for n in g.nodes:
+                unit_of[node_binding[n]] = ("g", gi)
+    members: dict[object, list[int]] = {}
+    for bi in range(len(bindings)):
+        members.setdefault(unit_of[bi], []).append(bi)
+
+    def_unit = {b.var: unit_of[bi] for bi, b in enumerate(bindings)}
+    used_by: dict = {}
+    deps: dict[object, set] = {u: set() for u in members}
+    for bi, b in enumerate(bindings):
+        def visit(e, bi=bi):
+            if isinstance(e, relax.Var) and e in def_unit:
+                used_by.setdefault(e, set()).add(unit_of[bi])
+                if def_unit[e] != unit_of[bi]:
+                    deps[unit_of[bi]].add(def_unit[e])
+        relax.analysis.post_order_visit(b.value, visit)
+    out_vars = set()
+    relax.analysis.post_order_visit(
+        main.body.body, lambda e: out_vars.add(e) if isinstance(e, relax.Var) else None)
+    for later in main.body.blocks[block_idx + 1:]:
+        for b in later.bindings:
+            relax.analysis.post_order_visit(
+                b.value, lambda e: out_vars.add(e) if isinstance(e, relax.Var) else None)
+
+    # Topological order of units (Kahn), keeping the original order where free.
+    order, indeg = [], {u: len(d) for u, d in deps.items()}
+    rdeps: dict = {u: [] for u in members}
+    for u, d in deps.items():
+        for v in d:
+            rdeps[v].append(u)
+    heap = [(min(members[u]), str(u), u) for u, k in indeg.items() if k == 0]
+    heapq.heapify(heap)
+    while heap:
+        _, _, u = heapq.heappop(heap)
+        order.append(u)
+        for w in rdeps[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (min(members[w]), str(w), w))
+    if len(order) != len(members):
+        bad = [plan.groups[u[1]].name for u in members if isinstance(u, tuple) and indeg[u] > 0]
+        raise PlanError(f"groups {bad[:5]} are not convex: a path leaves and re-enters them; "
+                        "split them or add the operators on that path")
+
+    bb = relax.BlockBuilder(mod)
+    new_bindings = []
+    for u in order:
+        if not isinstance(u, tuple):
+            new_bindings.append(bindings[u])
+            continue
+        group = plan.groups[u[1]]
+        gb = [bindings[bi] for bi in members[u]]
+        escaping = {b.var for b in gb
+                    if b.var in out_vars or any(x != u for x in used_by.get(b.var, ()))}
+        if not escaping:
+            raise PlanError(f"group {group.name} computes nothing that is used")
+        func, args, outs = _outline(gb, escaping, group.name)
+        gv = bb.add_func(func, group.name)
+        call = relax.Call(gv, args)
+        if len(outs) == 1:
+            new_bindings.append(relax.VarBinding(outs[0], call))
+        else:
+            tup = relax.DataflowVar(f"{group.name}_out", func.ret_ty)
+            new_bindings.append(relax.VarBinding(tup, call))
+            new_bindings += [relax.VarBinding(v, relax.TupleGetItem(tup, i))
+                             for i, v in enumerate(outs)]
+    blocks = list(main.body.blocks)
+    blocks[block_idx] = relax.DataflowBlock(new_bindings)
+    new_main = relax.Function(main.params, relax.SeqExpr(blocks, main.body.body),
+                              main.ret_ty, main.is_pure, main.attrs)
+    out = bb.get()
+    out["main"] = new_main
+    out = tvm.transform.Sequential([
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ])(out)
+    return out

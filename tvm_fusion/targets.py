@@ -1,0 +1,460 @@
+"""Hardware descriptions: ``hw_targets/<name>.json`` plus ``host``, detected at run time.
+
+Units: FLOP/s (OP/s for int8), GB/s, GHz, bytes, microseconds. A "unit" is an SM
+(NVIDIA), a CU (AMD, one GCD) or a core (CPU). ``peak_flops`` keys are
+``<dtype>_<vector|matrix>``: vector = CUDA cores / vector ALUs / SIMD FMA (int8: DP4A,
+VNNI), matrix = Tensor Cores / Matrix Cores (MFMA) / AMX. ``warp_size`` is 1 on CPUs;
+``registers_per_unit`` counts 32-bit registers on GPUs and SIMD registers on CPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from .errors import TargetError
+
+HW_DIR = Path(__file__).resolve().parent.parent / "hw_targets"
+FAMILIES = {"cpu": "llvm", "cuda": "cuda", "rocm": "rocm"}  # family -> TVM target kind
+PEAK_KEYS = ("fp64_vector", "fp64_matrix", "fp32_vector", "fp32_matrix", "tf32_matrix",
+             "fp16_vector", "fp16_matrix", "bf16_vector", "bf16_matrix", "fp8_matrix",
+             "int8_vector", "int8_matrix")
+INT_FIELDS = ("compute_units", "l1_bytes_per_unit", "shared_memory_bytes_per_unit",
+              "shared_memory_bytes_per_block", "l2_bytes_per_unit", "llc_bytes",
+              "registers_per_unit", "max_threads_per_unit", "warp_size",
+              "max_threads_per_block", "vector_width_bits")
+FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth_gbs", "launch_overhead_us")
+PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
+EXPECTED_KEYS = (*PLAIN_FIELDS, "tvm_config", "peak_flops", *INT_FIELDS, *FLOAT_FIELDS,
+                 "features")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HardwareTarget:
+    """One piece of hardware as the planner, search spaces and cost model see it.
+
+    Every number's citation is in ``sources`` under its field name
+    (``peak_flops.<key>`` for peaks).
+    """
+
+    name: str
+    description: str
+    family: str
+    tvm_config: Mapping[str, Any]
+    compute_units: int
+    clock_ghz: float
+    peak_flops: Mapping[str, float]
+    dram_bandwidth_gbs: float
+    l1_bytes_per_unit: int
+    shared_memory_bytes_per_unit: int
+    shared_memory_bytes_per_block: int
+    l2_bytes_per_unit: int
+    llc_bytes: int
+    registers_per_unit: int
+    max_threads_per_unit: int
+    warp_size: int
+    max_threads_per_block: int
+    vector_width_bits: int
+    features: tuple[str, ...]
+    launch_overhead_us: float
+    sources: Mapping[str, str]
+
+    def __hash__(self) -> int:  # mappings are unhashable; the content hash stands in
+        return hash(self.hardware_hash)
+
+    def tvm_target(self):
+        """Build the ``tvm.target.Target`` for this hardware.
+
+        Returns
+        -------
+        tvm.target.Target
+        """
+        import tvm
+
+        try:
+            return tvm.target.Target(dict(self.tvm_config))
+        except Exception as exc:  # TVM raises its own error types for bad configs
+            raise TargetError(f"target {self.name!r}: TVM rejected tvm_config "
+                              f"{dict(self.tvm_config)}: {exc}") from exc
+
+    @property
+    def peak_fp32_flops(self) -> float:
+        """FP32 FLOP/s on the SIMT / vector / SIMD units."""
+        return self.peak_flops["fp32_vector"]
+
+    @property
+    def peak_matrix_flops(self) -> float | None:
+        """Best FP16/BF16 Tensor / Matrix Core FLOP/s, or None where there is none."""
+        vals = [self.peak_flops[k] for k in ("fp16_matrix", "bf16_matrix") if k in self.peak_flops]
+        return max(vals) if vals else None
+
+    @property
+    def usable_shared_memory_per_block(self) -> int:
+        """Shared memory / LDS one TVM kernel may use: hardware limit capped by TVM's."""
+        tvm_cap = self.tvm_config.get("max_shared_memory_per_block")
+        hw = self.shared_memory_bytes_per_block
+        return min(hw, int(tvm_cap)) if tvm_cap is not None else hw
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The description in the file schema (``{"value", "source"}`` per number)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in PLAIN_FIELDS}
+        for key in EXPECTED_KEYS[len(PLAIN_FIELDS):]:
+            if key == "peak_flops":
+                out[key] = {k: {"value": v, "source": self.sources[f"peak_flops.{k}"]}
+                            for k, v in self.peak_flops.items()}
+                continue
+            val = getattr(self, key)
+            val = dict(val) if key == "tvm_config" else list(val) if key == "features" else val
+            out[key] = {"value": val, "source": self.sources[key]}
+        return out
+
+    @property
+    def hardware_hash(self) -> str:
+        """sha256 of the canonical JSON of the values, for tuning-log manifests.
+
+        Sources and description are left out, so fixing a citation does not orphan logs.
+        """
+        doc = self.to_json_dict()
+        del doc["description"]
+        values = {k: _strip_sources(v) for k, v in doc.items()}
+        text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def summary_row(self) -> dict[str, str]:
+        """The key numbers as strings, one row of the ``tvm-fusion targets`` table."""
+        cfg = self.tvm_config
+        unit = {"cuda": "SM", "rocm": "CU", "cpu": "cores"}[self.family]
+        if self.family == "cpu":
+            onchip = (f"L1d {_fmt_bytes(self.l1_bytes_per_unit)}"
+                      f" + L2 {_fmt_bytes(self.l2_bytes_per_unit)}")
+        else:
+            label = "LDS" if self.family == "rocm" else "smem"
+            onchip = f"{label} {_fmt_bytes(self.shared_memory_bytes_per_unit)}"
+        tensor = self.peak_matrix_flops
+        return {
+            "name": self.name,
+            "family": self.family,
+            "kind": str(cfg["kind"]),
+            "arch/mcpu": str(cfg.get("arch") or cfg.get("mcpu") or "-"),
+            "units": f"{self.compute_units} {unit}",
+            "clock": f"{self.clock_ghz:.2f} GHz",
+            "fp32 peak": _fmt_flops(self.peak_fp32_flops),
+            "tensor peak": _fmt_flops(tensor) if tensor else "-",
+            "DRAM BW": f"{self.dram_bandwidth_gbs:.0f} GB/s",
+            "on-chip/unit": onchip,
+            "launch": f"{self.launch_overhead_us:g} us",
+        }
+
+
+def _strip_sources(node: Any) -> Any:
+    if isinstance(node, dict):
+        if set(node) == {"value", "source"}:
+            return node["value"]
+        return {k: _strip_sources(v) for k, v in node.items()}
+    return node
+
+
+def _fmt_flops(flops: float) -> str:
+    return f"{flops / 1e12:.1f} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.0f} GFLOP/s"
+
+
+def _fmt_bytes(n: int) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):g} MiB"
+    return f"{n / 1024:g} KiB"
+
+
+def format_targets_table(targets: Iterable[HardwareTarget]) -> str:
+    """Render ``summary_row`` of each target as an aligned text table.
+
+    Parameters
+    ----------
+    targets : iterable of HardwareTarget
+
+    Returns
+    -------
+    str
+        Header, a dashed rule, one line per target; columns separated by two spaces.
+    """
+    rows = [t.summary_row() for t in targets]
+    if not rows:
+        return "(no targets)"
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols),
+             "  ".join("-" * widths[c] for c in cols)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def list_targets() -> list[str]:
+    """Names accepted by :func:`load_target`: the shipped files plus ``host``."""
+    return sorted(p.stem for p in HW_DIR.glob("*.json")) + ["host"]
+
+
+def load_target(name_or_path: str | os.PathLike) -> HardwareTarget:
+    """Load a hardware description by name (``a100``, ``host``...) or JSON file path.
+
+    Parameters
+    ----------
+    name_or_path : str or os.PathLike
+        A name from :func:`list_targets`, or a path to a ``.json`` description.
+
+    Returns
+    -------
+    HardwareTarget
+
+    Raises
+    ------
+    TargetError
+        Unknown name, unreadable file, unknown or missing keys, malformed values,
+        or a ``tvm_config`` that TVM rejects.
+    """
+    text = os.fspath(name_or_path)
+    if text == "host":
+        return detect_host()
+    is_path = isinstance(name_or_path, os.PathLike) or text.endswith(".json") or os.sep in text
+    path = Path(text) if is_path else HW_DIR / f"{text}.json"
+    if not path.is_file():
+        if is_path:
+            raise TargetError(f"hardware description {path} does not exist")
+        raise TargetError(f"unknown target {text!r}. Known targets: "
+                          f"{', '.join(list_targets())}; or pass a path to a .json file.")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"{path}: cannot read hardware description as JSON: {exc}") from exc
+    target = target_from_dict(doc, origin=str(path))
+    if not is_path and target.name != text:
+        raise TargetError(f"{path}: 'name' is {target.name!r}, expected {text!r} (the file name)")
+    target.tvm_target()  # fail at load time, naming the file, if TVM rejects the config
+    return target
+
+
+def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
+    """Validate a description in the file schema and build a :class:`HardwareTarget`.
+
+    Parameters
+    ----------
+    doc : dict
+        Parsed JSON; every number as ``{"value": ..., "source": "..."}``.
+    origin : str
+        Where it came from, for error messages.
+    """
+    expected = ", ".join(EXPECTED_KEYS)
+    if not isinstance(doc, dict):
+        raise TargetError(f"{origin}: expected a JSON object with keys {expected}")
+    for key in doc:
+        if key not in EXPECTED_KEYS:
+            raise TargetError(f"{origin}: unknown key {key!r}. Expected keys: {expected}")
+    for key in EXPECTED_KEYS:
+        if key not in doc:
+            raise TargetError(f"{origin}: missing field {key!r}. Expected keys: {expected}")
+    for key in PLAIN_FIELDS:
+        if not isinstance(doc[key], str) or not doc[key]:
+            raise TargetError(f"{origin}: {key!r} must be a non-empty string, got {doc[key]!r}")
+    if doc["family"] not in FAMILIES:
+        raise TargetError(f"{origin}: 'family' must be one of {sorted(FAMILIES)}, "
+                          f"got {doc['family']!r}")
+    sources: dict[str, str] = {}
+    values: dict[str, Any] = {}
+
+    def sourced(key: str, node: Any) -> Any:
+        if not (isinstance(node, dict) and set(node) == {"value", "source"}
+                and isinstance(node["source"], str) and node["source"].strip()):
+            raise TargetError(f"{origin}: {key!r} must be {{\"value\": ..., \"source\": "
+                              f"\"<non-empty citation>\"}}, got {node!r}")
+        sources[key] = node["source"]
+        return node["value"]
+
+    for key in INT_FIELDS:
+        val = sourced(key, doc[key])
+        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+            raise TargetError(f"{origin}: {key!r} value must be a non-negative integer, "
+                              f"got {val!r}")
+        values[key] = val
+    for key in FLOAT_FIELDS:
+        val = sourced(key, doc[key])
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
+            raise TargetError(f"{origin}: {key!r} value must be a non-negative number, got {val!r}")
+        values[key] = float(val)
+    peaks = doc["peak_flops"]
+    if not isinstance(peaks, dict) or "fp32_vector" not in peaks:
+        raise TargetError(f"{origin}: 'peak_flops' must be an object with at least "
+                          f"'fp32_vector'; allowed keys: {', '.join(PEAK_KEYS)}")
+    flops: dict[str, float] = {}
+    for key, node in peaks.items():
+        if key not in PEAK_KEYS:
+            raise TargetError(f"{origin}: unknown key 'peak_flops.{key}'. "
+                              f"Expected keys: {', '.join(PEAK_KEYS)}")
+        val = sourced(f"peak_flops.{key}", node)
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0:
+            raise TargetError(f"{origin}: 'peak_flops.{key}' must be a positive number, "
+                              f"got {val!r}")
+        flops[key] = float(val)
+    cfg = sourced("tvm_config", doc["tvm_config"])
+    kind = FAMILIES[doc["family"]]
+    if not isinstance(cfg, dict) or cfg.get("kind") != kind:
+        raise TargetError(f"{origin}: 'tvm_config' must be a TVM target dict with kind "
+                          f"{kind!r} for family {doc['family']!r}, got {cfg!r}")
+    feats = sourced("features", doc["features"])
+    if not isinstance(feats, list) or not all(isinstance(f, str) for f in feats):
+        raise TargetError(f"{origin}: 'features' value must be a list of strings, got {feats!r}")
+    return HardwareTarget(
+        name=doc["name"], description=doc["description"], family=doc["family"],
+        tvm_config=MappingProxyType(dict(cfg)), peak_flops=MappingProxyType(flops),
+        features=tuple(feats), sources=MappingProxyType(sources), **values)
+
+
+# ---- host: detected at run time -------------------------------------------------
+
+# FMA units per core and their datapath width (bits) by LLVM CPU name: Zen 4 runs
+# AVX-512 on 256-bit halves, Zen 5 and the Xeon-SP line have two full 512-bit FMAs.
+_FMA_BY_MCPU = {
+    "znver1": (2, 128), "znver2": (2, 256), "znver3": (2, 256), "znver4": (2, 256),
+    "znver5": (2, 512), "haswell": (2, 256), "broadwell": (2, 256), "skylake": (2, 256),
+    "alderlake": (2, 256), "raptorlake": (2, 256), "icelake-client": (2, 256),
+    "tigerlake": (2, 256), "skylake-avx512": (2, 512), "cascadelake": (2, 512),
+    "cooperlake": (2, 512), "icelake-server": (2, 512), "sapphirerapids": (2, 512),
+    "emeraldrapids": (2, 512), "graniterapids": (2, 512),
+}
+_HOST_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512cd",
+               "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
+               "avx512_fp16", "avx512ifma", "avx512vbmi", "avx_vnni", "amx_tile",
+               "amx_bf16", "amx_int8")
+_SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _cpuinfo() -> dict[str, str]:
+    """First processor block of /proc/cpuinfo as key -> value."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break
+            key, _, val = line.partition(":")
+            info[key.strip()] = val.strip()
+    except OSError:
+        pass
+    return info
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    """Distinct (package, core) pairs among the CPUs this process may run on."""
+    cores = set()
+    for cpu in cpus:
+        topo = _SYS_CPU / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(),
+                       (topo / "core_id").read_text().strip()))
+        except OSError:
+            return len(cpus)
+    return len(cores) or len(cpus)
+
+
+def _caches() -> dict[int, int]:
+    """Data/unified cache size in bytes by level, for cpu0."""
+    sizes: dict[int, int] = {}
+    for idx in sorted((_SYS_CPU / "cpu0" / "cache").glob("index*")):
+        try:
+            if (idx / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((idx / "level").read_text())
+            size = (idx / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        mult = {"K": 1024, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        sizes[level] = int(size.rstrip("KMG")) * mult
+    return sizes
+
+
+def _clock_ghz(info: dict[str, str]) -> tuple[float, str]:
+    max_freq = _SYS_CPU / "cpu0" / "cpufreq" / "cpuinfo_max_freq"
+    try:
+        return int(max_freq.read_text()) / 1e6, f"measured on this machine: {max_freq}"
+    except (OSError, ValueError):
+        pass
+    try:
+        return float(info["cpu MHz"]) / 1e3, ("measured on this machine: /proc/cpuinfo "
+                                              "'cpu MHz' (current/nominal, not max boost)")
+    except (KeyError, ValueError):
+        return 2.0, "default estimate: no clock readable on this machine"
+
+
+@functools.lru_cache(maxsize=1)
+def detect_host() -> HardwareTarget:
+    """Describe the machine this process runs on (``load_target("host")``).
+
+    mcpu from TVM's ``target.llvm_get_system_cpu``; physical cores from
+    ``os.sched_getaffinity``; flags from /proc/cpuinfo; caches from sysfs. DRAM
+    bandwidth and launch overhead are documented defaults, not measurements.
+
+    Returns
+    -------
+    HardwareTarget
+    """
+    import tvm
+
+    mcpu = str(tvm.get_global_func("target.llvm_get_system_cpu")())
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    logical = set(os.sched_getaffinity(0))
+    cores = _physical_cores(logical)
+    caches = _caches()
+    clock, clock_src = _clock_ghz(info)
+    vec = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+    fma_units, fma_bits = _FMA_BY_MCPU.get(mcpu, (2, vec))
+    fma_note = ("per-mcpu table in tvm_fusion/targets.py" if mcpu in _FMA_BY_MCPU
+                else f"assumed: mcpu {mcpu} not in table, full vector width")
+    lanes = fma_bits // 32
+    here = "measured on this machine"
+    model = info.get("model name", "unknown CPU")
+    doc = {
+        "name": "host",
+        "description": f"this machine: {model}, LLVM CPU {mcpu}, {cores} physical cores "
+                       f"available to this process",
+        "family": "cpu",
+        "tvm_config": {"value": {"kind": "llvm", "mcpu": mcpu, "num-cores": cores},
+                       "source": f"{here}: tvm target.llvm_get_system_cpu and "
+                                 "os.sched_getaffinity"},
+        "compute_units": {"value": cores, "source": f"{here}: physical cores in "
+                          f"os.sched_getaffinity ({len(logical)} logical CPUs)"},
+        "clock_ghz": {"value": clock, "source": clock_src},
+        "peak_flops": {"fp32_vector": {
+            "value": cores * clock * 1e9 * fma_units * 2 * lanes,
+            "source": f"derived: {cores} cores x {clock:.3g} GHz x {fma_units} FMA units x 2 x "
+                      f"{lanes} fp32 lanes ({fma_bits}-bit FMA datapath, {fma_note})"}},
+        "dram_bandwidth_gbs": {"value": 43.0, "source": "default estimate: ~43 GB/s copy "
+                               "bandwidth measured on the development machine (DESIGN.md); "
+                               "benchmarks measure it"},
+        "l1_bytes_per_unit": {"value": caches.get(1, 32768), "source": f"{here}: "
+                              "/sys/devices/system/cpu/cpu0/cache L1d"},
+        "shared_memory_bytes_per_unit": {"value": 0, "source": "CPUs have no scratchpad"},
+        "shared_memory_bytes_per_block": {"value": 0, "source": "CPUs have no scratchpad"},
+        "l2_bytes_per_unit": {"value": caches.get(2, 0), "source": f"{here}: "
+                              "/sys/devices/system/cpu/cpu0/cache L2"},
+        "llc_bytes": {"value": caches.get(3, caches.get(2, 0)), "source": f"{here}: "
+                      "/sys/devices/system/cpu/cpu0/cache last level"},
+        "registers_per_unit": {"value": 32 if "avx512f" in flags else 16,
+                               "source": f"{here}: 32 zmm with avx512f, else 16 ymm/xmm"},
+        "max_threads_per_unit": {"value": max(1, len(logical) // cores),
+                                 "source": f"{here}: logical CPUs per physical core"},
+        "warp_size": {"value": 1, "source": "definition: CPUs have no lockstep thread groups"},
+        "max_threads_per_block": {"value": 1, "source": "definition: a CPU task is one thread"},
+        "vector_width_bits": {"value": vec, "source": f"{here}: /proc/cpuinfo flags "
+                              "(512 with avx512f, 256 with avx2)"},
+        "features": {"value": [f for f in _HOST_FLAGS if f in flags],
+                     "source": f"{here}: /proc/cpuinfo flags"},
+        "launch_overhead_us": {"value": 10.0, "source": "default estimate: per-parallel-region "
+                               "overhead ~5-15 us on the development machine (DESIGN.md: "
+                               "15-17 us per layout-only kernel); benchmarks measure it"},
+    }
+    target = target_from_dict(doc, origin="host (detected)")
+    target.tvm_target()
+    return target

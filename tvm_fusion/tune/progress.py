@@ -1,0 +1,51 @@
+"""A one-line progress bar for tuning: trials, best predicted model latency, ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _fmt_s(s: float) -> str:
+    s = int(max(s, 0))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Progress:
+    """Draws ``[####----] 12/48 trials  best 1.23 ms  eta 1m05s`` on stderr.
+
+    On a terminal the line is redrawn in place; elsewhere (CI, notebooks capturing
+    output) one line is printed per update.
+    """
+
+    def __init__(self, total: int, *, done: int = 0, enabled: bool = True, stream=None):
+        self.total, self.done, self.start_done = total, done, done
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.t0 = time.monotonic()
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+
+    def update(self, done: int, best_ms: float | None, note: str = "") -> None:
+        """Record ``done`` trials in total and the best predicted model latency."""
+        self.done = done
+        if not self.enabled:
+            return
+        width = 24
+        frac = min(done / self.total, 1.0) if self.total else 1.0
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        ran = done - self.start_done
+        elapsed = time.monotonic() - self.t0
+        eta = elapsed / ran * (self.total - done) if ran > 0 else float("nan")
+        best = f"best {best_ms:.3f} ms" if best_ms is not None else "best -"
+        eta_s = _fmt_s(eta) if eta == eta else "?"
+        line = f"[{bar}] {done}/{self.total} trials  {best}  eta {eta_s}  {note}".rstrip()
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
