@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The whole pipeline on the embedded model for this "
                                    "machine, with a small budget (about 2 minutes on 2 "
                                    "cores), then one table comparing it with ONNX Runtime.")
-    d.add_argument("--trials", type=int, default=48, help="tuning budget (default 48)")
+    d.add_argument("--trials", type=int, default=80, help="tuning budget (default 80)")
     d.add_argument("--logs", default=None,
                    help="log directory (default: a fresh temporary one)")
     d.add_argument("--target", default="host", help=argparse.SUPPRESS)

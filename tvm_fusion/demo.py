@@ -26,7 +26,7 @@ def time_onnxruntime(onnx_model, inputs, repeat: int = 50) -> float:
     return float(np.median(times) * 1e3)
 
 
-def run_demo(*, trials: int = 48, logs: str | None = None, target: str = "host") -> int:
+def run_demo(*, trials: int = 80, logs: str | None = None, target: str = "host") -> int:
     """Import, plan, tune, compile and check the embedded model; print one table.
 
     Returns the process exit status: 1 when the tuned build disagrees with ONNX Runtime.

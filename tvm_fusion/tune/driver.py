@@ -103,6 +103,8 @@ class _TuneState:
         return sum(b * w for b, w in known) / 1e3 if known else None
 
     def on_batch(self, scheduler, task_id, candidates, results) -> None:
+        if not candidates:  # a task whose search space is exhausted
+            return
         self.trials[task_id] += len(candidates)
         scored = [(lat, c) for c, r in zip(candidates, results)
                   if (lat := _latency_us(r)) is not None]
@@ -124,8 +126,11 @@ class _TuneState:
                 "trace": str(cand.sch.trace)[:4000]})
         self.entry["trials"] += len(candidates)
         write_manifest(self.tdir, self.manifest)
-        self.progress.update(self.entry["trials"], self.est_ms(),
-                             note="stopping after this batch" if self.stop else "")
+        have = sum(b is not None for b in self.best)
+        note = "" if have == len(self.best) else f"({have}/{len(self.best)} kernels)"
+        if self.stop:
+            note += " stopping after this batch"
+        self.progress.update(self.entry["trials"], self.est_ms(), note=note.strip())
         if self.stop:
             for i in range(len(self.tasks)):
                 scheduler.terminate_task(i)
