@@ -24,7 +24,8 @@ from .targets import HardwareTarget, list_targets, load_target
 from .tune import TuneReport, tune
 
 
-def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host") -> FusionPlan:
+def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
+                planner: str = "fuseops") -> FusionPlan:
     """Partition ``graph``'s operators into kernels for ``target``.
 
     Parameters
@@ -33,16 +34,25 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host") -> Fusion
         From :func:`build_graph`.
     target : str or HardwareTarget
         A name from ``hw_targets/`` or ``"host"``.
+    planner : str
+        ``"fuseops"`` (default): TVM FuseOps' op-kind rules. ``"cost"``: the
+        hardware-aware planner, by predicted time on ``target``.
 
     Returns
     -------
     FusionPlan
-        Groups of operators, each with its predicted time and the reason for it.
+        Groups of operators, each with its stable op names, predicted time and the
+        reason for it (``plan.explain(op)`` answers why an op was or was not fused).
     """
-    from .plan import plan_fuseops
+    from .errors import PlanError
+    from .plan import PLANNERS, describe_plan, plan_cost, plan_fuseops
 
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
-    return plan_fuseops(graph, hw)
+    if planner == "fuseops":
+        return describe_plan(graph, hw, plan_fuseops(graph, hw))
+    if planner == "cost":
+        return plan_cost(graph, hw)
+    raise PlanError(f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}")
 
 
 __all__ = [

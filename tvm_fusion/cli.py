@@ -53,8 +53,19 @@ def cmd_plan(args) -> int:
     from . import build_graph, plan_fusion
 
     model = _load_model(args.model, args.shape)
-    plan = plan_fusion(build_graph(model.mod), args.target)
+    graph = build_graph(model.mod)
+    plan = plan_fusion(graph, args.target, planner=args.planner)
     print(plan.summary())
+    if args.planner != "fuseops":
+        base = plan_fusion(graph, args.target, planner="fuseops")
+        diff = plan.differences(base)
+        print(f"\ndifferences from TVM FuseOps' rules ({base.est_us:.1f} us predicted, "
+              f"{len(base.groups)} kernels): {len(diff) or 'none'}")
+        for line in diff:
+            print(f"  {line}")
+    if args.explain:
+        print(f"\nwhy {args.explain}:")
+        print(plan.explain(args.explain))
     if args.json:
         plan.save(args.json)
         print(f"plan written to {args.json}")
@@ -180,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "target and print each kernel with its predicted time.")
     _add_model_args(pl)
     pl.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT")
+    pl.add_argument("--planner", choices=("fuseops", "cost"), default="fuseops",
+                    help="fuseops (default): TVM FuseOps' op-kind rules; cost: the "
+                         "hardware-aware planner, by predicted time on --target (also "
+                         "prints how its kernels differ from FuseOps')")
+    pl.add_argument("--explain", metavar="OP",
+                    help="say why OP was or was not fused: a stable name such as "
+                         "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
+                         "an op name (every node of that op)")
     pl.set_defaults(func=cmd_plan)
 
     tu = sub.add_parser("tune", help="tune the model's kernels and append records to logs",

@@ -2,7 +2,12 @@
 
 from .apply import apply_plan, check_plan
 from .baseline import plan_from_groups, plan_fuseops
-from .fusion_plan import FusedGroup, FusionPlan
+from .cost import AnalyticalCostModel, GroupCost
+from .cost_planner import describe_plan, plan_cost
+from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 
-__all__ = ["FusedGroup", "FusionPlan", "apply_plan", "check_plan", "plan_from_groups",
-           "plan_fuseops"]
+PLANNERS = ("fuseops", "cost")
+
+__all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "PLANNERS",
+           "RejectedMerge", "apply_plan", "check_plan", "describe_plan", "plan_cost",
+           "plan_from_groups", "plan_fuseops"]

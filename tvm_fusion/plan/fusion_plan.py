@@ -32,12 +32,44 @@ class FusedGroup:
         Predicted time of the kernel on the plan's target, in microseconds.
     reason : str
         Why these operators are together (or why the node stands alone).
+    ops : tuple of str
+        Stable names of the nodes (``<op>#<id>``), same order as ``nodes``.
+    unfused_us : float
+        Predicted time of the same operators as one kernel each.
+    kept_on_chip_bytes : int
+        DRAM bytes the unfused kernels would move and this one does not.
+    decided_by : str
+        The hardware term that decided (``launch overhead``, ``DRAM traffic``,
+        ``compute``, ``parallelism``, ``on-chip capacity``), or the planner's rule.
     """
 
     nodes: tuple[int, ...]
     name: str
     est_us: float = 0.0
     reason: str = ""
+    ops: tuple[str, ...] = ()
+    unfused_us: float = 0.0
+    kept_on_chip_bytes: int = 0
+    decided_by: str = ""
+
+    @property
+    def predicted_us(self) -> float:
+        """Predicted time of the kernel on the plan's target (same as ``est_us``)."""
+        return self.est_us
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectedMerge:
+    """A merge of neighbouring groups the planner considered and did not make.
+
+    ``fused_us`` is None when the merge breaks a fusion rule (``reason`` says which).
+    """
+
+    ops: tuple[str, ...]
+    reason: str
+    fused_us: float | None
+    unfused_us: float
+    decided_by: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +81,7 @@ class FusionPlan:
     planner: str
     groups: tuple[FusedGroup, ...]
     notes: tuple[str, ...] = field(default=())
+    rejected: tuple[RejectedMerge, ...] = field(default=())
 
     @property
     def est_us(self) -> float:
@@ -68,7 +101,8 @@ class FusionPlan:
     def to_json(self) -> dict:
         """The plan as a JSON-ready dict with its schema, version and hash."""
         d = asdict(self)
-        d["groups"] = [asdict(g) for g in self.groups]
+        d["groups"] = [{**asdict(g), "predicted_us": g.est_us} for g in self.groups]
+        d["rejected"] = [asdict(r) for r in self.rejected]
         return {"schema": PLAN_SCHEMA, "version": PLAN_VERSION, "hash": self.hash, **d}
 
     @classmethod
@@ -81,9 +115,18 @@ class FusionPlan:
                 "`tvm-fusion plan MODEL --json OUT`")
         groups = tuple(FusedGroup(nodes=tuple(g["nodes"]), name=g["name"],
                                   est_us=float(g.get("est_us", 0.0)),
-                                  reason=g.get("reason", "")) for g in d["groups"])
+                                  reason=g.get("reason", ""), ops=tuple(g.get("ops", ())),
+                                  unfused_us=float(g.get("unfused_us", 0.0)),
+                                  kept_on_chip_bytes=int(g.get("kept_on_chip_bytes", 0)),
+                                  decided_by=g.get("decided_by", ""))
+                       for g in d["groups"])
+        rejected = tuple(RejectedMerge(ops=tuple(r["ops"]), reason=r["reason"],
+                                       fused_us=r["fused_us"], unfused_us=r["unfused_us"],
+                                       decided_by=r.get("decided_by", ""))
+                         for r in d.get("rejected", ()))
         plan = cls(target=d["target"], graph_signature=d["graph_signature"],
-                   planner=d["planner"], groups=groups, notes=tuple(d.get("notes", ())))
+                   planner=d["planner"], groups=groups, notes=tuple(d.get("notes", ())),
+                   rejected=rejected)
         if d.get("hash") not in (None, plan.hash):
             raise PlanError(f"plan hash mismatch: file says {d['hash']}, content gives "
                             f"{plan.hash}; the plan was edited by hand or is corrupt")
@@ -102,12 +145,84 @@ class FusionPlan:
             raise PlanError(f"cannot read fusion plan {path}: {e}") from e
 
     def summary(self) -> str:
-        """A text table: one row per kernel with its operators and predicted time."""
-        rows = [f"{'#':>3}  {'est us':>9}  {'ops':>3}  kernel / operators"]
+        """A text table: one row per kernel, predicted time and bytes kept on chip."""
+        rows = [f"{'#':>3}  {'est us':>9}  {'on-chip':>9}  {'ops':>3}  kernel / operators"]
         for i, g in enumerate(self.groups):
-            rows.append(f"{i:>3}  {g.est_us:>9.2f}  {len(g.nodes):>3}  {g.name}")
+            rows.append(f"{i:>3}  {g.est_us:>9.2f}  {_fmt_bytes(g.kept_on_chip_bytes):>9}  "
+                        f"{len(g.nodes):>3}  {g.name}")
             if g.reason:
-                rows.append(f"{'':>22}{g.reason}")
+                rows.append(f"{'':>34}{g.reason}")
+        kept = sum(g.kept_on_chip_bytes for g in self.groups)
         rows.append(f"{len(self.groups)} kernels, predicted {self.est_us:.1f} us on "
-                    f"{self.target} (planner: {self.planner})")
+                    f"{self.target} (planner: {self.planner}), {_fmt_bytes(kept)} kept "
+                    f"on chip; {len(self.rejected)} merges rejected")
         return "\n".join(rows)
+
+    def _matches(self, op: str | int) -> list[tuple[int, int]]:
+        """(group index, position) of the nodes ``op`` names: an id, ``name#id`` or an op."""
+        found = []
+        for gi, g in enumerate(self.groups):
+            ops = g.ops or tuple(f"?#{n}" for n in g.nodes)
+            for k, (nid, name) in enumerate(zip(g.nodes, ops)):
+                if op == nid or str(op) in (name, str(nid)) or name.split("#")[0] == op:
+                    found.append((gi, k))
+        return found
+
+    def explain(self, op: str | int) -> str:
+        """Why ``op`` was or was not fused: its kernel's reason and the merges rejected.
+
+        Parameters
+        ----------
+        op : str or int
+            A node id, a stable name ``softmax#21``, or an op name (every node of it).
+        """
+        found = self._matches(op)
+        if not found:
+            known = ", ".join(n for g in self.groups for n in g.ops[:1])
+            raise PlanError(f"no operator {op!r} in this plan; give a node id, an op name "
+                            f"or a stable name such as {known[:60]}")
+        out = []
+        for gi, k in found:
+            g = self.groups[gi]
+            me = g.ops[k] if g.ops else f"node {g.nodes[k]}"
+            if len(g.nodes) > 1:
+                out.append(f"{me} is fused in kernel {g.name} with "
+                           f"{', '.join(o for o in g.ops if o != me)}: predicted "
+                           f"{g.est_us:.2f} us fused against {g.unfused_us:.2f} us as "
+                           f"{len(g.nodes)} kernels. {g.reason}")
+            else:
+                out.append(f"{me} runs alone in kernel {g.name} ({g.est_us:.2f} us). "
+                           f"{g.reason}")
+            for r in self.rejected:
+                if me in r.ops:
+                    fused = "breaks a fusion rule" if r.fused_us is None else (
+                        f"fused {r.fused_us:.2f} us vs unfused {r.unfused_us:.2f} us")
+                    out.append(f"  not merged with {', '.join(o for o in r.ops if o != me)}"
+                               f": {fused}; {r.reason}")
+        return "\n".join(out)
+
+    def differences(self, other: "FusionPlan") -> list[str]:
+        """Kernels of this plan that ``other`` does not have, and how ``other`` splits them.
+
+        Both plans must carry ``ops`` (plans from :func:`tvm_fusion.plan_fusion` do).
+        """
+        theirs = {frozenset(g.nodes): g for g in other.groups}
+        where = other.group_of()
+        lines = []
+        for g in self.groups:
+            if frozenset(g.nodes) in theirs:
+                continue
+            parts = sorted({where[n] for n in g.nodes if n in where})
+            split = " + ".join("[" + ", ".join(other.groups[p].ops or map(str, other.groups[p].nodes))
+                               + "]" for p in parts)
+            lines.append(f"[{', '.join(g.ops)}] {g.est_us:.2f} us  <-  {other.planner}: "
+                         f"{split} {sum(other.groups[p].est_us for p in parts):.2f} us")
+        return lines
+
+
+def _fmt_bytes(n: int) -> str:
+    if abs(n) >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MB"
+    if abs(n) >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KB"
+    return f"{n} B"

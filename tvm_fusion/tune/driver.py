@@ -97,6 +97,7 @@ class _TuneState:
         self.trials = [0] * len(tasks)
         self.rejected = 0
         self.stop = False
+        self.index = list(range(len(tasks)))  # scheduler task id -> our task id
 
     def est_ms(self) -> float | None:
         known = [(b, t.weight) for b, t in zip(self.best, self.tasks) if b is not None]
@@ -105,6 +106,7 @@ class _TuneState:
     def on_batch(self, scheduler, task_id, candidates, results) -> None:
         if not candidates:  # a task whose search space is exhausted
             return
+        task_id = self.index[task_id]  # this round may tune a subset of the tasks
         self.trials[task_id] += len(candidates)
         scored = [(lat, c) for c, r in zip(candidates, results)
                   if (lat := _latency_us(r)) is not None]
@@ -132,7 +134,7 @@ class _TuneState:
             note += " stopping after this batch"
         self.progress.update(self.entry["trials"], self.est_ms(), note=note.strip())
         if self.stop:
-            for i in range(len(self.tasks)):
+            for i in range(len(self.index)):
                 scheduler.terminate_task(i)
 
 
@@ -210,16 +212,14 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
 
 
 def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> bool:
-    """Run MetaSchedule over ``tasks`` for ``remaining`` trials; True if interrupted."""
-    per_task = max(1, math.ceil(remaining / len(tasks)))
+    """Run MetaSchedule over ``tasks`` for ``remaining`` trials; True if interrupted.
+
+    The budget is split evenly over the tasks (MetaSchedule's default would spend it 64
+    at a time on the first few tasks). A task whose search space runs dry returns its
+    share, which the next round spreads over the tasks that used all of theirs.
+    """
     import_tensor_intrinsics()  # before TuneContext does it the slow way
-    # MetaSchedule's console log repeats its task table after every batch; keep it in
-    # the per-task files under candidates/logs and show our progress bar instead.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    strategy = ms.search_strategy.EvolutionarySearch(
-        population_size=64, init_min_unmeasured=16, genetic_num_iters=1)
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, str(tdir / "candidates"), strategy=strategy, num_threads="physical", seed=seed)
+    (tdir / "candidates").mkdir(parents=True, exist_ok=True)
     candidates_db = ms.database.JSONDatabase(work_dir=str(tdir / "candidates"))
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=5, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False))
@@ -234,14 +234,35 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> b
 
     main_thread = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    todo = list(range(len(tasks)))
     try:
-        ms.tune_tasks(
-            tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
-            max_trials_global=remaining, max_trials_per_task=per_task,
-            num_trials_per_iter=min(per_batch, per_task),
-            builder=ms.builder.LocalBuilder(timeout_sec=60, f_build=build_kernel), runner=runner,
-            database=candidates_db, measure_callbacks=callbacks,
-            task_scheduler="round-robin")
+        for round_ in range(3):
+            if remaining <= 0 or not todo or state.stop:
+                break
+            per_task = max(1, math.ceil(remaining / len(todo)))
+            # MetaSchedule's console log repeats its task table after every batch; keep
+            # it in the files under candidates/logs and show our progress bar instead.
+            # (Its logger set-up resets the level on every call, so set it every round.)
+            logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+            strategy = ms.search_strategy.EvolutionarySearch(
+                population_size=64, init_min_unmeasured=16, genetic_num_iters=1)
+            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                [tasks[i] for i in todo], str(tdir / "candidates"), strategy=strategy,
+                num_threads="physical", seed=seed + round_)
+            state.index = todo
+            before = list(state.trials)
+            ms.tune_tasks(
+                tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
+                max_trials_global=remaining, max_trials_per_task=per_task,
+                num_trials_per_iter=min(per_batch, per_task),
+                builder=ms.builder.LocalBuilder(timeout_sec=60, f_build=build_kernel),
+                runner=runner, database=candidates_db, measure_callbacks=callbacks,
+                task_scheduler="round-robin")
+            ran = {i: state.trials[i] - before[i] for i in todo}
+            remaining -= sum(ran.values())
+            if not any(ran.values()):
+                break
+            todo = [i for i in todo if ran[i] >= per_task]
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, old)

@@ -1,0 +1,238 @@
+"""The hardware-aware planner: priority fusion by predicted saving, then local search.
+
+1. Start from one group per operator.
+2. Priority fusion: every producer -> consumer pair of groups is a candidate merge
+   (with the convex closure: the groups on any other path between them join too, which
+   covers diamonds and multi-consumer producers). Its saving is the predicted time of
+   the parts minus that of the merged kernel (:mod:`.cost`). Repeatedly take the largest
+   saving; candidates are re-scored lazily when they surface (a merge elsewhere can
+   change them) and re-generated around each new group. Merges that break a fusion rule
+   (:mod:`.legality`) or save nothing are not made.
+3. Local search: move single operators out of their group or into a neighbouring one
+   while that lowers the total predicted time and keeps the group graph acyclic.
+4. Reasons: every kernel keeps its predicted time fused and unfused and the hardware
+   term that decided; every pair of neighbouring kernels left apart becomes a
+   :class:`~tvm_fusion.plan.fusion_plan.RejectedMerge` with both times and the reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..graph import OpGraph
+from .cost import AnalyticalCostModel, GroupCost, decision_terms
+from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
+from .legality import GroupGraph, violation
+from .op_info import graph_info, node_name
+
+EPS_US = 1e-6  # a merge must save more than this to be made
+LOCAL_SEARCH_ROUNDS = 3
+
+
+class CostPlanner:
+    """Plan ``graph`` for ``hw`` by predicted time (see the module docstring)."""
+
+    def __init__(self, graph: OpGraph, hw, *, cost_model=None):
+        self.graph, self.hw = graph, hw
+        self.infos = graph_info(graph)
+        self.model = cost_model or AnalyticalCostModel(graph, hw, self.infos)
+        self.gg = GroupGraph(graph)
+
+    def cost(self, nodes) -> GroupCost:
+        return self.model.group_cost(nodes)
+
+    def evaluate(self, a: int, b: int):
+        """(gids, violation, fused cost, parts' costs) of merging ``a`` into ``b``."""
+        gids = self.gg.closure(a, b)
+        nodes = frozenset().union(*(self.gg.members[g] for g in gids))
+        parts = [self.cost(self.gg.members[g]) for g in sorted(gids)]
+        bad = violation(self.graph, self.infos, nodes)
+        return gids, bad, (None if bad else self.cost(nodes)), parts
+
+    def _push(self, heap, a, b):
+        _, bad, fused, parts = self.evaluate(a, b)
+        if bad is None:
+            saving = sum(p.total_us for p in parts) - fused.total_us
+            if saving > EPS_US:
+                heapq.heappush(heap, (-saving, a, b))
+
+    def priority_fusion(self) -> None:
+        heap: list = []
+        for a, b in self.gg.edges():
+            self._push(heap, a, b)
+        while heap:
+            neg, a, b = heapq.heappop(heap)
+            if a not in self.gg.members or b not in self.gg.members:
+                continue
+            gids, bad, fused, parts = self.evaluate(a, b)
+            if bad is not None:
+                continue
+            saving = sum(p.total_us for p in parts) - fused.total_us
+            if saving <= EPS_US:
+                continue
+            if heap and saving < -heap[0][0] - EPS_US:  # stale score: re-queue
+                heapq.heappush(heap, (-saving, a, b))
+                continue
+            new = self.gg.merge(gids)
+            for p in self.gg.pred(new):
+                self._push(heap, p, new)
+            for s in self.gg.succ(new):
+                self._push(heap, new, s)
+
+    def _total(self, gids) -> float:
+        return sum(self.cost(self.gg.members[g]).total_us for g in gids)
+
+    def _try_move(self, nid: int, dest: int | None) -> bool:
+        """Move ``nid`` into group ``dest`` (None: alone) if that lowers the total."""
+        gg = self.gg
+        src = gg.group_of[nid]
+        rest = gg.members[src] - {nid}
+        target = frozenset({nid}) | (gg.members[dest] if dest is not None else frozenset())
+        if dest is not None and violation(self.graph, self.infos, target):
+            return False
+        before = self._total([src] + ([dest] if dest is not None else []))
+        after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)
+        if after >= before - EPS_US:
+            return False
+        saved = dict(gg.members), dict(gg.group_of)
+        gg.members.pop(src)
+        if dest is not None:
+            gg.members.pop(dest)
+        if rest:
+            gg._add(rest)
+        gg._add(target)
+        if gg.is_acyclic():
+            return True
+        gg.members, gg.group_of = saved
+        return False
+
+    def local_search(self) -> None:
+        for _ in range(LOCAL_SEARCH_ROUNDS):
+            moved = False
+            for node in self.graph.nodes:
+                nid = node.id
+                src = self.gg.group_of[nid]
+                near = {self.gg.group_of[x] for x in
+                        (*node.inputs, *self.gg.users[nid])} - {src}
+                options = ([None] if len(self.gg.members[src]) > 1 else []) + sorted(near)
+                for dest in options:
+                    if self._try_move(nid, dest):
+                        moved = True
+                        break
+            if not moved:
+                return
+
+    def plan(self) -> FusionPlan:
+        self.priority_fusion()
+        self.local_search()
+        return self.describe(planner="cost")
+
+    # ---- reasons ------------------------------------------------------------------
+
+    def _names(self, nodes) -> tuple[str, ...]:
+        return tuple(node_name(self.graph.nodes[n]) for n in sorted(nodes))
+
+    def rejected(self) -> list[RejectedMerge]:
+        """Every pair of neighbouring groups left apart, with why."""
+        out = []
+        for a, b in self.gg.edges():
+            gids, bad, fused, parts = self.evaluate(a, b)
+            nodes = [n for g in gids for n in self.gg.members[g]]
+            unfused = sum(p.total_us for p in parts)
+            if bad is not None:
+                out.append(RejectedMerge(ops=self._names(nodes), reason=f"not fusable: {bad}",
+                                         fused_us=None, unfused_us=unfused,
+                                         decided_by="fusion rule"))
+                continue
+            term, text = explain_terms(fused, parts, accepted=False)
+            out.append(RejectedMerge(
+                ops=self._names(nodes), fused_us=fused.total_us, unfused_us=unfused,
+                decided_by=term, reason=f"fusing is predicted slower: {text}"))
+        return out
+
+    def describe(self, *, planner: str) -> FusionPlan:
+        """The current partition as a :class:`FusionPlan` with every reason."""
+        from .baseline import kernel_name
+
+        rejected = self.rejected()
+        groups, taken = [], set()
+        for nodes in self.gg.groups():
+            fused = self.cost(nodes)
+            parts = [self.cost([n]) for n in nodes]
+            unfused = sum(p.total_us for p in parts)
+            names = self._names(nodes)
+            if len(nodes) > 1:
+                term, text = explain_terms(fused, parts, accepted=True)
+                reason = (f"fused: {fused.total_us:.2f} us as one kernel vs {unfused:.2f} us "
+                          f"as {len(nodes)}; {text}")
+            else:
+                mine = [r for r in rejected if names[0] in r.ops]
+                term = mine[0].decided_by if mine else "no neighbour"
+                reason = ("alone: " + "; ".join(
+                    f"with {', '.join(o for o in r.ops if o != names[0])}: {r.reason}"
+                    for r in mine[:2])) if mine else "alone: no operator to fuse with"
+            name, k = kernel_name(self.graph, nodes), 1
+            base = name
+            while name in taken:
+                name, k = f"{base}_{k}", k + 1
+            taken.add(name)
+            groups.append(FusedGroup(
+                nodes=tuple(nodes), name=name, est_us=fused.total_us, reason=reason,
+                ops=names, unfused_us=unfused, decided_by=term,
+                kept_on_chip_bytes=sum(p.dram_bytes for p in parts) - fused.dram_bytes))
+        return FusionPlan(target=self.hw.name, graph_signature=self.graph.signature,
+                          planner=planner, groups=tuple(groups), rejected=tuple(rejected))
+
+
+def explain_terms(fused: GroupCost, parts: list[GroupCost], *, accepted: bool):
+    """(deciding term, text) for a merge; the formulas are in :mod:`.cost`."""
+    terms = decision_terms(fused, parts)
+    pick = max if accepted else min
+    term = pick(terms, key=terms.get)
+    text = ", ".join(f"{k} {v:+.2f} us" for k, v in terms.items() if abs(v) >= 0.005)
+    notes = []
+    if fused.staged_bytes:
+        fit = "fits" if fused.fits else "does not fit"
+        notes.append(f"row of {fused.staged_bytes} B staged on chip {fit} in "
+                     f"{fused.onchip_bytes} B")
+        if not fused.fits and not accepted:
+            term = "on-chip capacity"
+    if fused.parallel_fraction < 1:
+        notes.append(f"{fused.tiles} tiles on {round(fused.tiles / fused.parallel_fraction)} "
+                     "units")
+    text = f"decided by {term} (saving per term: {text or 'none'})"
+    return term, text + ("; " + "; ".join(notes) if notes else "")
+
+
+def plan_cost(graph: OpGraph, hw, *, cost_model=None) -> FusionPlan:
+    """Plan ``graph`` for ``hw`` by predicted time (priority fusion + local search).
+
+    Parameters
+    ----------
+    graph : OpGraph
+    hw : HardwareTarget
+    cost_model : object, optional
+        Anything with ``group_cost(nodes) -> GroupCost``; the analytical model by default
+        (the seam where a learned model's prediction replaces it).
+    """
+    return CostPlanner(graph, hw, cost_model=cost_model).plan()
+
+
+def describe_plan(graph: OpGraph, hw, plan: FusionPlan) -> FusionPlan:
+    """``plan``'s partition with ops, predicted times and reasons from the cost model.
+
+    Used for FuseOps-rule plans, so they can be compared with cost plans; the planner
+    name and the rule-based reasons of multi-op groups are kept.
+    """
+    planner = CostPlanner(graph, hw)
+    planner.gg = GroupGraph(graph, [g.nodes for g in plan.groups])
+    described = {frozenset(g.nodes): g for g in planner.describe(planner=plan.planner).groups}
+    groups = []
+    for old in plan.groups:
+        g = described[frozenset(old.nodes)]
+        groups.append(FusedGroup(
+            nodes=old.nodes, name=old.name, est_us=g.est_us, reason=old.reason or g.reason,
+            ops=g.ops, unfused_us=g.unfused_us, kept_on_chip_bytes=g.kept_on_chip_bytes,
+            decided_by="op-kind rules" if len(g.nodes) > 1 else g.decided_by))
+    return FusionPlan(target=plan.target, graph_signature=plan.graph_signature,
+                      planner=plan.planner, groups=tuple(groups), notes=plan.notes)

@@ -1,0 +1,128 @@
+"""Which operators may share a kernel, and the group graph that keeps plans acyclic.
+
+Rules over every edge ``p -> c`` inside a group (roles from :mod:`.op_info`):
+
+- ``c`` elementwise or broadcast: any ``p`` (chains, GEMM/conv epilogues, reduction
+  epilogues);
+- ``c`` injective (reshape, transpose...): ``p`` elementwise/broadcast/injective only;
+- ``c`` a reduction: ``p`` elementwise (a prologue) or a contraction (the attention
+  score path: GEMM then softmax over its rows);
+- ``c`` a contraction: never (a GEMM/conv takes no fused prologue).
+
+Per group: at most one contraction and one reduction, no opaque op, at most
+``MAX_GROUP_OPS`` operators. Merges are made over the group graph (the quotient of the
+op graph by the current partition) and take the convex closure of the two groups: every
+group on a path between them joins too, so the group graph stays acyclic and every group
+convex (what :func:`~tvm_fusion.plan.apply_plan` requires).
+"""
+
+from __future__ import annotations
+
+from ..graph import OpGraph
+from .op_info import OpInfo, node_name
+
+MAX_GROUP_OPS = 32
+
+
+def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
+    """Why ``members`` may not be one kernel, or None when they may."""
+    members = set(members)
+    if len(members) > MAX_GROUP_OPS:
+        return f"it would hold {len(members)} ops, more than the bound of {MAX_GROUP_OPS}"
+    by_role: dict[str, list[int]] = {}
+    for n in sorted(members):
+        by_role.setdefault(infos[n].role, []).append(n)
+    names = lambda ns: ", ".join(node_name(graph.nodes[n]) for n in ns)  # noqa: E731
+    if "opaque" in by_role:
+        return f"{names(by_role['opaque'])} is opaque to fusion"
+    if len(by_role.get("contraction", ())) > 1:
+        return f"it would hold two GEMM/conv anchors ({names(by_role['contraction'])})"
+    if len(by_role.get("reduction", ())) > 1:
+        return f"it would hold two reductions ({names(by_role['reduction'])})"
+    for c in members:
+        cn, crole = graph.nodes[c], infos[c].role
+        for p in cn.inputs:
+            if p not in members:
+                continue
+            prole = infos[p].role
+            if crole == "contraction":
+                return f"a GEMM/conv takes no fused prologue ({names([p])} -> {names([c])})"
+            if cn.kind == "injective" and prole != "elementwise":
+                return (f"an injective op cannot follow a {prole} in one kernel "
+                        f"({names([p])} -> {names([c])})")
+    return None
+
+
+class GroupGraph:
+    """A partition of the op graph into groups, with the edges between groups."""
+
+    def __init__(self, graph: OpGraph, groups=None):
+        self.graph = graph
+        self.users = graph.consumers()
+        self.members: dict[int, frozenset] = {}
+        self.group_of: dict[int, int] = {}
+        self._next = 0
+        for g in groups or [[n.id] for n in graph.nodes]:
+            self._add(frozenset(g))
+
+    def _add(self, members: frozenset) -> int:
+        gid, self._next = self._next, self._next + 1
+        self.members[gid] = members
+        for n in members:
+            self.group_of[n] = gid
+        return gid
+
+    def succ(self, gid: int) -> set[int]:
+        """Groups reading a result of ``gid``."""
+        return {self.group_of[u] for n in self.members[gid] for u in self.users[n]} - {gid}
+
+    def pred(self, gid: int) -> set[int]:
+        """Groups whose results ``gid`` reads."""
+        return {self.group_of[p] for n in self.members[gid]
+                for p in self.graph.nodes[n].inputs} - {gid}
+
+    def edges(self) -> list[tuple[int, int]]:
+        """Every producer -> consumer pair of groups, in a stable order."""
+        return sorted({(a, b) for a in self.members for b in self.succ(a)},
+                      key=lambda e: (min(self.members[e[0]]), min(self.members[e[1]])))
+
+    def closure(self, a: int, b: int) -> set[int]:
+        """``a``, ``b`` and every group on a path from ``a`` to ``b``."""
+        reach, stack = set(), [a]
+        while stack:  # groups reachable from a
+            g = stack.pop()
+            for s in self.succ(g):
+                if s not in reach:
+                    reach.add(s)
+                    stack.append(s)
+        back, stack = {b}, [b]
+        while stack:  # of those, the ones b is reachable from
+            g = stack.pop()
+            for p in self.pred(g):
+                if p in reach and p not in back:
+                    back.add(p)
+                    stack.append(p)
+        return back | {a}
+
+    def merge(self, gids) -> int:
+        """Replace ``gids`` by one group; return its id."""
+        nodes = frozenset().union(*(self.members.pop(g) for g in gids))
+        return self._add(nodes)
+
+    def is_acyclic(self) -> bool:
+        """Whether the group graph has a topological order."""
+        indeg = {g: len(self.pred(g)) for g in self.members}
+        ready = [g for g, d in indeg.items() if d == 0]
+        seen = 0
+        while ready:
+            g = ready.pop()
+            seen += 1
+            for s in self.succ(g):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready.append(s)
+        return seen == len(self.members)
+
+    def groups(self) -> list[list[int]]:
+        """The partition, each group sorted, groups by their first node."""
+        return sorted((sorted(m) for m in self.members.values()), key=lambda g: g[0])

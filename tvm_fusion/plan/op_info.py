@@ -1,0 +1,113 @@
+"""What the cost model needs to know about one operator beyond its :class:`OpNode`.
+
+Read from the operator's PrimFunc in the legalized module:
+
+``role``
+    ``contraction`` (conv, matmul: a reducing block that multiplies two tensors),
+    ``reduction`` (sum, mean, max, softmax, layer norm: a reducing block over one
+    tensor), ``elementwise`` (TVM's elemwise, broadcast and injective kinds) or
+    ``opaque``. TVM's own pattern calls softmax and mean "out-elementwise-fusable" like
+    a matmul; the planner must not treat them as GEMM anchors.
+``passes``
+    How many blocks of the PrimFunc read its main input (the largest tensor it reads):
+    1 for sum/mean, 2 for softmax (max, then exp) and layer norm (moments, then
+    normalize). A fused producer of a multi-pass reduction must be kept on chip or
+    recomputed once per pass.
+``reduce_len``
+    Extent of the reduction (product of the reduce iterators of the first reducing
+    block that reads the main input): the row length of a reduction, the K of a GEMM.
+``rows``
+    Independent rows of a reduction: main-input elements / ``reduce_len`` (1 for the
+    other roles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir
+
+from ..graph import OpGraph, OpNode
+
+_ELEMENTWISE_KINDS = ("elemwise", "broadcast", "injective")
+_REDUCE_ITER = 2  # tir IterVar.CommReduce
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpInfo:
+    """Derived facts of one node (see the module docstring)."""
+
+    role: str
+    passes: int = 1
+    reduce_len: int = 1
+    rows: int = 1
+    in_bytes: int = 0  # bytes of the main input
+    out_elems: int = 1
+    dtype_bytes: int = 4
+
+
+def _elems(shape) -> int:
+    return int(np.prod([int(d) for d in shape], dtype=np.int64))
+
+
+def _blocks(func):
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    root = sch.get_sblock("root")
+    allocs = {b.name for b in sch.get(root).alloc_buffers}
+    return [sch.get(b) for b in sch.get_child_blocks(root)], allocs
+
+
+def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
+    """Classify ``node`` and read its passes and reduction length from its PrimFunc."""
+    out_elems = _elems(node.shape)
+    dbytes = max(tvm.DataType(node.dtype).bits // 8, 1)
+    if node.kind in _ELEMENTWISE_KINDS:
+        return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes)
+    if node.kind not in ("reduction", "gemm"):
+        return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes)
+    blocks, allocs = _blocks(graph.mod[node.op])
+    inputs = {r.source.name: r.source for b in blocks for r in b.reads
+              if r.source.name not in allocs}
+    if not inputs:
+        return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes)
+    main = max(inputs.values(), key=lambda buf: _elems(buf.shape))
+    in_elems = _elems(main.shape)
+    readers = {b.name_hint for b in blocks if any(r.source.name == main.name for r in b.reads)}
+    role, reduce_len = "reduction", 0
+    for b in blocks:
+        red = [int(iv.dom.extent) for iv in b.iter_vars if int(iv.iter_type) == _REDUCE_ITER]
+        if not red:
+            continue
+        if len({r.source.name for r in b.reads}) >= 2:
+            role, reduce_len = "contraction", int(np.prod(red))
+            break
+        if b.name_hint in readers and not reduce_len:
+            reduce_len = int(np.prod(red))
+    reduce_len = reduce_len or max(in_elems // max(out_elems, 1), 1)
+    return OpInfo(role=role, passes=len(readers) if role == "reduction" else 1,
+                  reduce_len=reduce_len,
+                  rows=max(in_elems // reduce_len, 1) if role == "reduction" else 1,
+                  in_bytes=in_elems * max(tvm.DataType(main.dtype).bits // 8, 1),
+                  out_elems=out_elems, dtype_bytes=dbytes)
+
+
+_CACHE: dict[int, tuple[OpGraph, tuple[OpInfo, ...]]] = {}
+
+
+def graph_info(graph: OpGraph) -> tuple[OpInfo, ...]:
+    """:func:`op_info` of every node, indexed by node id (cached per graph object)."""
+    hit = _CACHE.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    infos = tuple(op_info(graph, n) for n in graph.nodes)
+    if len(_CACHE) >= 16:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[id(graph)] = (graph, infos)
+    return infos
+
+
+def node_name(node: OpNode) -> str:
+    """Stable name of a node: ``<op>#<id>`` (same model and shapes: same names)."""
+    return f"{node.op}#{node.id}"
