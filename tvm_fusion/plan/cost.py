@@ -128,29 +128,34 @@ def cost_rule(role: str):
     return register
 
 
+def _add_op(model, nid, terms, *, matrix: bool, tiles: int) -> None:
+    """The terms every role shares: FLOPs at the unit's peak, and the op's tiles."""
+    node = model.graph.nodes[nid]
+    terms.flops += node.flops
+    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=matrix)
+    terms.tiles = min(terms.tiles, tiles)
+
+
 @cost_rule("elementwise")
 @cost_rule("opaque")
 def _elementwise(model, nid, members, terms):
-    node, info = model.graph.nodes[nid], model.infos[nid]
-    terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=False)
-    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / ELEM_TILE))
+    """FLOPs on the vector units; one tile per 256 output elements."""
+    info = model.infos[nid]
+    _add_op(model, nid, terms, matrix=False, tiles=math.ceil(info.out_elems / ELEM_TILE))
 
 
 @cost_rule("contraction")
 def _contraction(model, nid, members, terms):
-    node, info = model.graph.nodes[nid], model.infos[nid]
-    terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=True)
-    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
+    """FLOPs on the matrix units where the dtype has one; one tile per 64x64 outputs."""
+    info = model.infos[nid]
+    _add_op(model, nid, terms, matrix=True, tiles=math.ceil(info.out_elems / GEMM_TILE))
 
 
 @cost_rule("reduction")
 def _reduction(model, nid, members, terms):
-    node, info = model.graph.nodes[nid], model.infos[nid]
-    terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=False)
-    terms.tiles = min(terms.tiles, info.rows)
+    """One tile per row; a multi-pass reduction stages, re-reads or recomputes its row."""
+    info = model.infos[nid]
+    _add_op(model, nid, terms, matrix=False, tiles=info.rows)
     if info.passes < 2:
         return
     row = info.reduce_len * info.dtype_bytes

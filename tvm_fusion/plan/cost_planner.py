@@ -20,13 +20,15 @@ from __future__ import annotations
 import heapq
 
 from ..graph import OpGraph
+from .baseline import kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .legality import GroupGraph, violation
 from .op_info import graph_info, node_name
 
 EPS_US = 1e-6  # a merge must save more than this to be made
-LOCAL_SEARCH_ROUNDS = 3
+LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
+MAX_ROUNDS = 4  # priority fusion + local search rounds
 
 
 class CostPlanner:
@@ -56,12 +58,14 @@ class CostPlanner:
             if saving > EPS_US:
                 heapq.heappush(heap, (-saving, a, b))
 
-    def priority_fusion(self) -> None:
+    def priority_fusion(self) -> int:
+        """Make every profitable merge, largest saving first; return how many."""
+        merges = 0
         heap: list = []
         for a, b in self.gg.edges():
             self._push(heap, a, b)
         while heap:
-            neg, a, b = heapq.heappop(heap)
+            _, a, b = heapq.heappop(heap)
             if a not in self.gg.members or b not in self.gg.members:
                 continue
             gids, bad, fused, parts = self.evaluate(a, b)
@@ -74,10 +78,12 @@ class CostPlanner:
                 heapq.heappush(heap, (-saving, a, b))
                 continue
             new = self.gg.merge(gids)
+            merges += 1
             for p in self.gg.pred(new):
                 self._push(heap, p, new)
             for s in self.gg.succ(new):
                 self._push(heap, new, s)
+        return merges
 
     def _total(self, gids) -> float:
         return sum(self.cost(self.gg.members[g]).total_us for g in gids)
@@ -94,19 +100,17 @@ class CostPlanner:
         after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)
         if after >= before - EPS_US:
             return False
-        saved = dict(gg.members), dict(gg.group_of)
-        gg.members.pop(src)
-        if dest is not None:
-            gg.members.pop(dest)
-        if rest:
-            gg._add(rest)
-        gg._add(target)
+        saved = gg.state()
+        gg.replace([src] + ([dest] if dest is not None else []),
+                   [target, rest] if rest else [target])
         if gg.is_acyclic():
             return True
-        gg.members, gg.group_of = saved
+        gg.restore(saved)
         return False
 
-    def local_search(self) -> None:
+    def local_search(self) -> int:
+        """Move single operators while that lowers the total; return how many moves."""
+        moves = 0
         for _ in range(LOCAL_SEARCH_ROUNDS):
             moved = False
             for node in self.graph.nodes:
@@ -118,13 +122,22 @@ class CostPlanner:
                 for dest in options:
                     if self._try_move(nid, dest):
                         moved = True
+                        moves += 1
                         break
             if not moved:
-                return
+                break
+        return moves
 
     def plan(self) -> FusionPlan:
-        self.priority_fusion()
-        self.local_search()
+        """Alternate priority fusion and local search until neither changes anything.
+
+        Each step strictly lowers the total predicted time, so this ends (at the latest
+        after ``MAX_ROUNDS``); then no neighbouring pair of groups is a legal merge that
+        saves time, which is what the ``rejected`` list reports.
+        """
+        for _ in range(MAX_ROUNDS):
+            if not self.priority_fusion() + self.local_search():
+                break
         return self.describe(planner="cost")
 
     # ---- reasons ------------------------------------------------------------------
@@ -152,8 +165,6 @@ class CostPlanner:
 
     def describe(self, *, planner: str) -> FusionPlan:
         """The current partition as a :class:`FusionPlan` with every reason."""
-        from .baseline import kernel_name
-
         rejected = self.rejected()
         groups, taken = [], set()
         for nodes in self.gg.groups():

@@ -178,9 +178,9 @@ class FusionPlan:
         """
         found = self._matches(op)
         if not found:
-            known = ", ".join(n for g in self.groups for n in g.ops[:1])
+            known = ", ".join([n for g in self.groups for n in g.ops][:4])
             raise PlanError(f"no operator {op!r} in this plan; give a node id, an op name "
-                            f"or a stable name such as {known[:60]}")
+                            f"or a stable name such as {known}")
         out = []
         for gi, k in found:
             g = self.groups[gi]
@@ -195,10 +195,10 @@ class FusionPlan:
                            f"{g.reason}")
             for r in self.rejected:
                 if me in r.ops:
-                    fused = "breaks a fusion rule" if r.fused_us is None else (
-                        f"fused {r.fused_us:.2f} us vs unfused {r.unfused_us:.2f} us")
+                    times = "" if r.fused_us is None else (
+                        f"fused {r.fused_us:.2f} us vs unfused {r.unfused_us:.2f} us; ")
                     out.append(f"  not merged with {', '.join(o for o in r.ops if o != me)}"
-                               f": {fused}; {r.reason}")
+                               f": {times}{r.reason}")
         return "\n".join(out)
 
     def differences(self, other: "FusionPlan") -> list[str]:

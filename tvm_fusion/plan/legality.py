@@ -109,6 +109,21 @@ class GroupGraph:
         nodes = frozenset().union(*(self.members.pop(g) for g in gids))
         return self._add(nodes)
 
+    def replace(self, gids, groups) -> None:
+        """Drop groups ``gids`` and add ``groups`` (node collections) in their place."""
+        for g in gids:
+            self.members.pop(g)
+        for nodes in groups:
+            self._add(frozenset(nodes))
+
+    def state(self):
+        """A snapshot for :meth:`restore`."""
+        return dict(self.members), dict(self.group_of)
+
+    def restore(self, state) -> None:
+        """Go back to a :meth:`state` snapshot."""
+        self.members, self.group_of = dict(state[0]), dict(state[1])
+
     def is_acyclic(self) -> bool:
         """Whether the group graph has a topological order."""
         indeg = {g: len(self.pred(g)) for g in self.members}

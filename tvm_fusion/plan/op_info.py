@@ -3,7 +3,8 @@
 Read from the operator's PrimFunc in the legalized module:
 
 ``role``
-    ``contraction`` (conv, matmul: a reducing block that multiplies two tensors),
+    ``contraction`` (conv, matmul: a reducing block that reads two tensors along the
+    reduce axis),
     ``reduction`` (sum, mean, max, softmax, layer norm: a reducing block over one
     tensor), ``elementwise`` (TVM's elemwise, broadcast and injective kinds) or
     ``opaque``. TVM's own pattern calls softmax and mean "out-elementwise-fusable" like
@@ -23,6 +24,7 @@ Read from the operator's PrimFunc in the legalized module:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +61,14 @@ def _blocks(func):
     return [sch.get(b) for b in sch.get_child_blocks(root)], allocs
 
 
+def _reduced_operands(block, reduce_ivs) -> set[str]:
+    """Buffers a block reads along a reduce iterator: two for a GEMM/conv (A[i, k] and
+    B[k, j]), one for sum/softmax/layer norm (which also read per-row statistics)."""
+    names = [re.compile(rf"\b{re.escape(iv.var.name)}\b") for iv in reduce_ivs]
+    return {r.source.name for r in block.reads
+            if any(p.search(str(rng.min)) for rng in r.region for p in names)}
+
+
 def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     """Classify ``node`` and read its passes and reduction length from its PrimFunc."""
     out_elems = _elems(node.shape)
@@ -77,10 +87,11 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     readers = {b.name_hint for b in blocks if any(r.source.name == main.name for r in b.reads)}
     role, reduce_len = "reduction", 0
     for b in blocks:
-        red = [int(iv.dom.extent) for iv in b.iter_vars if int(iv.iter_type) == _REDUCE_ITER]
-        if not red:
+        red_ivs = [iv for iv in b.iter_vars if int(iv.iter_type) == _REDUCE_ITER]
+        if not red_ivs:
             continue
-        if len({r.source.name for r in b.reads}) >= 2:
+        red = [int(iv.dom.extent) for iv in red_ivs]
+        if len(_reduced_operands(b, red_ivs)) >= 2:
             role, reduce_len = "contraction", int(np.prod(red))
             break
         if b.name_hint in readers and not reduce_len:

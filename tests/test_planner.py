@@ -1,0 +1,341 @@
+"""The hardware-aware planner: cost formulas, per-target plans, reasons, correctness.
+
+Numbers used below (from hw_targets/*.json):
+
+=========  ======  ==========  ============  ==========================  ======
+target     units   fp32 peak   DRAM          on-chip per block / task    launch
+=========  ======  ==========  ============  ==========================  ======
+a100       108 SM  19.5 TF/s   2039 GB/s     48 KB shared (TVM's cap)    4 us
+mi250x     110 CU  23.95 TF/s  1638.4 GB/s   64 KB LDS                   8 us
+x86_avx2   16 co.  1177.6 GF/s 68 GB/s       256 KB L2                   5 us
+=========  ======  ==========  ============  ==========================  ======
+
+Times are ``max(flops / peak, bytes / bandwidth) / min(1, tiles / units) + launch``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fusion as tf
+from tvm_fusion.embedded import build_embedded_model
+from tvm_fusion.errors import PlanError
+from tvm_fusion.plan import AnalyticalCostModel, FusionPlan, apply_plan
+from tvm_fusion.plan.legality import GroupGraph
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+
+TARGETS = ("a100", "mi250x", "x86_avx2")
+MB = 1 << 20
+
+
+def _model(nodes, inputs, outputs, inits=(), name="m"):
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return tf.import_model(model, name=name)
+
+
+def matmul_softmax(n: int, m: int = 128, k: int = 256):
+    """x[m,k] @ w[k,n] -> softmax over n: the attention score path."""
+    return _model([helper.make_node("MatMul", ["x", "w"], ["s"]),
+                   helper.make_node("Softmax", ["s"], ["y"], axis=-1)],
+                  [("x", [m, k]), ("w", [k, n])], [("y", [m, n])], name=f"mmsm{n}")
+
+
+def add_reduce(n: int, rows: int = 16):
+    """a + b, then a sum over each of ``rows`` rows of ``n`` floats."""
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    return _model([helper.make_node("Add", ["a", "b"], ["s"]),
+                   helper.make_node("ReduceSum", ["s", "axes"], ["y"], keepdims=1)],
+                  [("a", [rows, n]), ("b", [rows, n])], [("y", [rows, 1])], [axes],
+                  name=f"addred{n}")
+
+
+def diamond_model():
+    """conv -> relu -> {sigmoid -> mul(relu, sigmoid) -> add(conv) -> mean, transpose}:
+    a diamond, a multi-consumer producer (relu, conv) and two model outputs."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype("float32"), "w")
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["c"]),
+             helper.make_node("Mul", ["b", "c"], ["d"]),
+             helper.make_node("Add", ["d", "a"], ["e"]),
+             helper.make_node("ReduceMean", ["e", "axes"], ["y1"], keepdims=1),
+             helper.make_node("Transpose", ["b"], ["y2"], perm=[0, 2, 3, 1])]
+    return _model(nodes, [("x", [1, 16, 16, 16])],
+                  [("y1", [1, 16, 1, 1]), ("y2", [1, 16, 16, 16])], [w, axes], name="diamond")
+
+
+def _plans(model):
+    graph = tf.build_graph(model.mod)
+    return graph, {t: tf.plan_fusion(graph, t, planner="cost") for t in TARGETS}
+
+
+def _partition(plan):
+    return sorted(g.ops for g in plan.groups)
+
+
+# ---- case 1: on-chip capacity -------------------------------------------------------
+
+def test_softmax_row_fits_mi250x_lds_and_cpu_l2_but_not_a100_shared_memory():
+    """128 rows of 16384 floats: each softmax row is 64 KB. Fused behind its matmul the
+    row must stay on chip for softmax's two passes: it fits MI250X's 64 KB LDS and the
+    CPU's 256 KB L2, not the 48 KB TVM gives a kernel on A100; there the fused kernel
+    would recompute the 1.07 GFLOP matmul, so A100 keeps two kernels."""
+    graph, plans = _plans(matmul_softmax(16384))
+    mm, sm = graph.nodes
+    assert mm.flops == 2 * 128 * 256 * 16384  # 1_073_741_824
+    assert _partition(plans["a100"]) == [("matmul#0",), ("softmax#1",)]
+    assert _partition(plans["mi250x"]) == [("matmul#0", "softmax#1")]
+    assert _partition(plans["x86_avx2"]) == [("matmul#0", "softmax#1")]
+
+    a100 = AnalyticalCostModel(graph, tf.load_target("a100"))
+    alone = a100.group_cost([1])
+    assert alone.staged_bytes == 0 and alone.onchip_bytes == 48 * 1024
+    # Unfused softmax re-reads its 8 MB input for the 2nd pass: 8 + 8 + 8 MB over DRAM.
+    assert alone.dram_bytes == 24 * MB and alone.spill_bytes == 8 * MB
+    assert alone.total_us == pytest.approx(24 * MB / 2039e3 + 4, rel=1e-3)  # 16.34
+    # The matmul alone: 1.07 GFLOP at 19.5 TFLOP/s = 55.06 us (it is compute-bound).
+    assert a100.group_cost([0]).total_us == pytest.approx(mm.flops / 19.5e12 * 1e6 + 4)
+    fused = a100.group_cost([0, 1])
+    assert fused.staged_bytes == 16384 * 4 and not fused.fits
+    assert fused.recompute_flops == mm.flops  # one extra pass recomputes the matmul
+    assert fused.total_us == pytest.approx((2 * mm.flops + sm.flops) / 19.5e12 * 1e6 + 4)
+    rej = plans["a100"].rejected[0]
+    assert rej.decided_by == "on-chip capacity" and "65536 B" in rej.reason
+    assert rej.fused_us == pytest.approx(114.56, abs=0.01)
+    assert rej.unfused_us == pytest.approx(75.41, abs=0.01)
+
+    mi = AnalyticalCostModel(graph, tf.load_target("mi250x")).group_cost([0, 1])
+    assert mi.fits and mi.onchip_bytes == 65536 and mi.recompute_flops == 0
+    # x 128 KB + w 16 MB in, y 8 MB out; the 8 MB of scores never reach DRAM.
+    assert mi.dram_bytes == 128 * 256 * 4 + 16 * MB + 8 * MB
+    group = plans["mi250x"].groups[0]
+    assert group.kept_on_chip_bytes == 8 * MB + 8 * MB  # written once, read once
+    assert group.unfused_us - group.est_us == pytest.approx(17.89, abs=0.01)
+
+
+def test_twice_the_row_fits_only_the_cpu():
+    """Rows of 32768 floats (128 KB): past MI250X's 64 KB too, within x86's 256 KB L2."""
+    _, plans = _plans(matmul_softmax(32768))
+    assert _partition(plans["a100"]) == [("matmul#0",), ("softmax#1",)]
+    assert _partition(plans["mi250x"]) == [("matmul#0",), ("softmax#1",)]
+    assert _partition(plans["x86_avx2"]) == [("matmul#0", "softmax#1")]
+    assert plans["mi250x"].rejected[0].decided_by == "on-chip capacity"
+
+
+# ---- case 2: parallelism -----------------------------------------------------------
+
+def test_prologue_into_a_16_row_reduction_starves_gpus_not_the_cpu():
+    """add over 16 x 65536 floats, then a sum per row. Fused, the add runs inside the
+    reduction's 16 row-tiles: 16 of 108 SMs. Alone it has 4096 tiles of 256 elements."""
+    graph, plans = _plans(add_reduce(65536))
+    assert _partition(plans["a100"]) == [("add#0",), ("sum#1",)]
+    assert _partition(plans["mi250x"]) == [("add#0",), ("sum#1",)]
+    assert _partition(plans["x86_avx2"]) == [("add#0", "sum#1")]
+
+    a100 = AnalyticalCostModel(graph, tf.load_target("a100"))
+    fused, add, red = a100.group_cost([0, 1]), a100.group_cost([0]), a100.group_cost([1])
+    assert (fused.tiles, add.tiles, red.tiles) == (16, 4096, 16)
+    # fused: 8 MB + 64 B at 2039 GB/s = 4.114 us, / (16/108) = 27.77 us, + 4 us launch
+    assert fused.total_us == pytest.approx((8 * MB + 64) / 2039e3 * 108 / 16 + 4)  # 31.77
+    # add: 12 MB / 2039 GB/s + 4 = 10.17 us; sum: (4 MB + 64) / 2039 * 108/16 + 4 = 17.89
+    assert add.total_us == pytest.approx(12 * MB / 2039e3 + 4)
+    assert red.total_us == pytest.approx((4 * MB + 64) / 2039e3 * 108 / 16 + 4)
+    rej = plans["a100"].rejected[0]
+    assert rej.decided_by == "parallelism" and "16 tiles on 108 units" in rej.reason
+    assert (rej.fused_us, rej.unfused_us) == (pytest.approx(31.77, abs=0.01),
+                                              pytest.approx(28.06, abs=0.01))
+    # x86: 16 rows on 16 cores lose nothing; 8 MB at 68 GB/s + 5 = 128.36 us fused
+    x86 = plans["x86_avx2"].groups[0]
+    assert x86.est_us == pytest.approx((8 * MB + 64) / 68e3 + 5)
+    assert x86.decided_by == "DRAM traffic"
+
+
+# ---- case 3: launch overhead -------------------------------------------------------
+
+def test_launch_overhead_tips_the_same_merge_on_mi250x_not_a100():
+    """16 x 40960: the fusion costs A100 4.82 us of lost parallelism net of its DRAM
+    saving, more than its 4 us launch; on MI250X it costs 6.20 us, less than 8 us."""
+    graph, plans = _plans(add_reduce(40960))
+    assert _partition(plans["a100"]) == [("add#0",), ("sum#1",)]
+    assert _partition(plans["mi250x"]) == [("add#0", "sum#1")]
+    assert _partition(plans["x86_avx2"]) == [("add#0", "sum#1")]
+    a = plans["a100"].rejected[0]
+    assert a.fused_us - a.unfused_us == pytest.approx(0.82, abs=0.01)  # 21.36 vs 20.54
+    mi = plans["mi250x"].groups[0]
+    assert mi.decided_by == "launch overhead"
+    assert mi.unfused_us - mi.est_us == pytest.approx(1.80, abs=0.01)  # 31.80 vs 30.00
+    in_bytes, row_bytes = 2 * 16 * 40960 * 4, 16 * 40960 * 4
+    frac = 16 / 110
+    fused = (in_bytes + 64) / 1638.4e3 / frac + 8
+    unfused = (in_bytes + row_bytes) / 1638.4e3 + 8 + (row_bytes + 64) / 1638.4e3 / frac + 8
+    assert (mi.est_us, mi.unfused_us) == (pytest.approx(fused), pytest.approx(unfused))
+
+
+# ---- plan contents, JSON, explain ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedded():
+    model = tf.import_model(build_embedded_model(), name="embedded")
+    return model, tf.build_graph(model.mod)
+
+
+def test_embedded_plans_beat_fuseops_prediction_and_name_ops_stably(embedded):
+    _, graph = embedded
+    for t in TARGETS:
+        plan = tf.plan_fusion(graph, t, planner="cost")
+        base = tf.plan_fusion(graph, t)
+        assert plan.est_us < base.est_us
+        assert plan.planner == "cost" and base.planner == "fuseops-rules"
+        names = sorted(o for g in plan.groups for o in g.ops)
+        assert names == sorted(f"{n.op}#{n.id}" for n in graph.nodes)
+        # Launch-bound: the SiLU diamond joins its matmul, softmax its matmul + bias.
+        assert ("matmul#15", "add3#16", "tir_sigmoid#17", "multiply1#18") in _partition(plan)
+        assert ("matmul1#19", "add4#20", "softmax#21") in _partition(plan)
+        for g in plan.groups:
+            assert g.ops and g.reason and g.est_us > 0
+            if len(g.nodes) > 1:
+                assert g.est_us < g.unfused_us and g.decided_by == "launch overhead"
+        assert len(plan.differences(base)) == 3
+
+
+def test_plan_json_carries_ops_predictions_and_rejections(embedded, tmp_path):
+    _, graph = embedded
+    plan = tf.plan_fusion(graph, "a100", planner="cost")
+    plan.save(tmp_path / "plan.json")
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["version"] == 1 and doc["target"] == "a100"
+    for g in doc["groups"]:
+        assert {"ops", "predicted_us", "reason", "nodes"} <= set(g)
+        assert g["predicted_us"] == g["est_us"]
+    assert doc["rejected"] and all({"ops", "reason", "fused_us", "unfused_us"} <= set(r)
+                                   for r in doc["rejected"])
+    again = FusionPlan.load(tmp_path / "plan.json")
+    assert again == plan and again.hash == plan.hash
+    # A plan file of the skeleton (no ops, no rejected) still loads.
+    old = {k: v for k, v in doc.items() if k != "rejected"}
+    old["groups"] = [{k: g[k] for k in ("nodes", "name", "est_us", "reason")}
+                     for g in doc["groups"]]
+    assert FusionPlan.from_json(old).hash == plan.hash
+
+
+def test_explain_says_why(embedded):
+    _, graph = embedded
+    plan = tf.plan_fusion(graph, "a100", planner="cost")
+    text = plan.explain("reshape#14")
+    assert "runs alone" in text and "injective op cannot follow a reduction" in text
+    assert "GEMM/conv takes no fused prologue" in text
+    assert "fused in kernel" in plan.explain(21) and "launch overhead" in plan.explain(21)
+    assert plan.explain("relu").count("fused in kernel") == 2  # both ReLU nodes
+    with pytest.raises(PlanError, match="no operator"):
+        plan.explain("nosuch")
+    mmsm = tf.build_graph(matmul_softmax(16384).mod)
+    why = tf.plan_fusion(mmsm, "a100", planner="cost").explain("softmax#1")
+    assert "on-chip" in why and "49152 B" in why and "fused 114.56 us vs unfused 75.41 us" in why
+
+
+def test_unknown_planner_is_refused(embedded):
+    with pytest.raises(PlanError, match="fuseops, cost"):
+        tf.plan_fusion(embedded[1], "a100", planner="greedy")
+
+
+# ---- legality and correctness -------------------------------------------------------
+
+def test_diamond_and_multi_output_group_is_one_convex_kernel():
+    model = diamond_model()
+    graph, plans = _plans(model)
+    for plan in plans.values():
+        relu = next(g for g in plan.groups if "relu#1" in g.ops)
+        assert {"relu#1", "tir_sigmoid#2", "multiply#3", "add#4"} <= set(relu.ops)
+        assert "conv2d#0" in relu.ops  # conv output is read by relu and add: both inside
+    gg = GroupGraph(graph)
+    # closure of relu -> add passes through sigmoid and multiply: the whole diamond
+    assert {n for g in gg.closure(1, 4) for n in gg.members[g]} == {1, 2, 3, 4}
+
+
+def _check_against_onnxruntime(model, plan):
+    compiled = tf.compile_model(model, "host", plan=plan)
+    vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
+    inputs = random_inputs(model.inputs, seed=7)
+    got = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
+    got = [got] if isinstance(got, tvm.runtime.Tensor) else list(got)
+    want = run_onnxruntime(model.onnx_model, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert max_rel_error(g.numpy(), w) <= 1e-4
+
+
+@pytest.mark.parametrize("which", ["embedded", "diamond"])
+def test_cost_plans_compile_and_match_onnxruntime(which, embedded):
+    model = embedded[0] if which == "embedded" else diamond_model()
+    graph = tf.build_graph(model.mod)
+    seen = set()
+    for t in (*TARGETS, "host"):
+        plan = tf.plan_fusion(graph, t, planner="cost")
+        apply_plan(graph, plan)  # never refused
+        key = tuple(_partition(plan))
+        if key not in seen:  # same partition on several targets: build it once
+            seen.add(key)
+            _check_against_onnxruntime(model, plan)
+
+
+def test_cli_plan_with_cost_planner_explains_and_diffs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "tvm_fusion", "plan", "embedded", "--target", "a100",
+         "--planner", "cost", "--explain", "reshape#14", "--json", tmp_path / "p.json"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "5 kernels" in text and "planner: cost" in text and "kept on chip" in text
+    assert "differences from TVM FuseOps' rules" in text and "fuseops-rules: [" in text
+    assert "why reshape#14:" in text and "runs alone" in text
+    assert json.loads((tmp_path / "p.json").read_text())["planner"] == "cost"
+
+
+def _random_dag(seed: int, size: int = 24):
+    """Elementwise ops, matmuls and a softmax reading random earlier tensors."""
+    rng = np.random.default_rng(seed)
+    names, nodes = ["x"], []
+    for i in range(size):
+        kind = rng.choice(["Add", "Mul", "Relu", "Sigmoid", "MatMul", "Softmax"],
+                          p=[.3, .2, .15, .15, .12, .08])
+        a, b = (names[j] for j in rng.integers(max(0, len(names) - 6), len(names), 2))
+        out = f"t{i}"
+        if kind in ("Add", "Mul", "MatMul"):
+            nodes.append(helper.make_node(kind, [a, b], [out]))
+        else:
+            nodes.append(helper.make_node(kind, [a], [out], **({"axis": -1} if kind == "Softmax"
+                                                                else {})))
+        names.append(out)
+    used = {i for n in nodes for i in n.input}
+    outs = [n for n in names[1:] if n not in used]
+    return _model(nodes, [("x", [64, 64])], [(o, [64, 64]) for o in outs], name=f"dag{seed}")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_dags_give_convex_acyclic_correct_plans(seed):
+    model = _random_dag(seed)
+    graph = tf.build_graph(model.mod)
+    for t in (*TARGETS, "host"):
+        plan = tf.plan_fusion(graph, t, planner="cost")
+        apply_plan(graph, plan)  # raises PlanError on a non-convex group or a cycle
+        assert plan.est_us <= tf.plan_fusion(graph, t).est_us + 1e-9
+        assert all(r.fused_us is None or r.fused_us >= r.unfused_us for r in plan.rejected)
+    _check_against_onnxruntime(model, plan)
