@@ -44,15 +44,10 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
         Groups of operators, each with its stable op names, predicted time and the
         reason for it (``plan.explain(op)`` answers why an op was or was not fused).
     """
-    from .errors import PlanError
-    from .plan import PLANNERS, describe_plan, plan_cost, plan_fuseops
+    from .plan import make_plan
 
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
-    if planner == "fuseops":
-        return describe_plan(graph, hw, plan_fuseops(graph, hw))
-    if planner == "cost":
-        return plan_cost(graph, hw)
-    raise PlanError(f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}")
+    return make_plan(graph, hw, planner)
 
 
 __all__ = [

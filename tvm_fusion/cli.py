@@ -77,7 +77,7 @@ def cmd_tune(args) -> int:
 
     model = _load_model(args.model, args.shape)
     report = tune(model, args.target, trials=args.trials, logs=args.logs,
-                  progress=not args.quiet, seed=args.seed)
+                  planner=args.planner, progress=not args.quiet, seed=args.seed)
     _print_tune_report(report)
     if report.interrupted:
         print(f"interrupted: {report.trials_total} trials are saved in {report.logs}; run "
@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(tu)
     tu.add_argument("--trials", type=int, required=True, help="total number of measurements")
     tu.add_argument("--logs", required=True, metavar="DIR", help="tuning log directory")
+    tu.add_argument("--planner", choices=("fuseops", "cost"), default="fuseops",
+                    help="fusion planner for a model with no plan in the logs yet "
+                         "(default fuseops; a resumed run keeps the stored plan)")
     tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     tu.add_argument("--quiet", action="store_true", help="no progress bar")
     tu.set_defaults(func=cmd_tune)

@@ -8,6 +8,17 @@ from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 
 PLANNERS = ("fuseops", "cost")
 
+
+def make_plan(graph, hw, planner: str = "fuseops") -> FusionPlan:
+    """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`)."""
+    from ..errors import PlanError
+
+    if planner == "fuseops":
+        return describe_plan(graph, hw, plan_fuseops(graph, hw))
+    if planner == "cost":
+        return plan_cost(graph, hw)
+    raise PlanError(f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}")
+
 __all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "PLANNERS",
-           "RejectedMerge", "apply_plan", "check_plan", "describe_plan", "plan_cost",
+           "RejectedMerge", "apply_plan", "check_plan", "describe_plan", "make_plan", "plan_cost",
            "plan_from_groups", "plan_fuseops"]

@@ -25,7 +25,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..frontend import ImportedModel
 from ..graph import build_graph
-from ..plan import FusionPlan, apply_plan, plan_fuseops
+from ..plan import FusionPlan, apply_plan, make_plan
 from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .logs import append_jsonl, open_database, read_manifest, target_dir, write_manifest
@@ -144,7 +144,8 @@ class _Rec:  # adapts a record's run_secs to _latency_us
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
-         logs: str | Path, plan: FusionPlan | None = None, progress: bool = True,
+         logs: str | Path, plan: FusionPlan | None = None, planner: str = "fuseops",
+         progress: bool = True,
          seed: int = 0, trials_per_batch: int = 16) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
@@ -161,7 +162,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Log directory; records go to ``logs/<target>/``.
     plan : FusionPlan, optional
         The partition to tune. Default: the plan stored for this model in the logs
-        (so a resumed run tunes the same kernels), else a fresh FuseOps-rule plan.
+        (so a resumed run tunes the same kernels), else a fresh plan by ``planner``.
+    planner : str
+        ``"fuseops"`` or ``"cost"`` (see :func:`~tvm_fusion.plan_fusion`), used when
+        neither ``plan`` nor a stored plan is there.
     progress : bool
         Draw a progress bar on stderr.
     seed : int
@@ -185,7 +189,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
-        plan = plan_fuseops(graph, hw)
+        plan = make_plan(graph, hw, planner)
     if entry is None or entry["plan"]["hash"] != plan.hash:
         entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),
                  "inputs": {t.name: list(t.shape) for t in model.inputs}}
