@@ -20,6 +20,7 @@ setup(
         "psutil",
         "cloudpickle",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
+    extras_require={"test": ["pytest>=7", "matplotlib>=3.7"]},
     entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
 )

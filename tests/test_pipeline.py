@@ -48,7 +48,7 @@ def test_graph_nodes_carry_kinds_shapes_and_costs(graph):
 
 
 def test_fuseops_plan_groups_epilogues(graph):
-    plan = tf.plan_fusion(graph, "host")
+    plan = tf.plan_fusion(graph, "host", planner="fuseops")
     by_anchor = {graph.nodes[g.nodes[0]].op: g for g in plan.groups}
     stem = by_anchor["conv2d"]
     # Conv, the four decomposed BatchNorm ops and the ReLU share one kernel.
@@ -81,7 +81,7 @@ def test_a_different_grouping_applies_and_stays_correct(model, graph):
     """Not FuseOps' grouping: BN+ReLU apart from its conv, the SiLU diamond fused into
     its matmul (a multi-consumer producer), and mean+reshape together."""
     hw = tf.load_target("host")
-    base = tf.plan_fusion(graph, hw)
+    base = tf.plan_fusion(graph, hw, planner="fuseops")
     ops = [n.op for n in graph.nodes]
     groups = []
     for g in base.groups:
@@ -120,7 +120,7 @@ def test_multi_output_group(model, graph):
     stem_relu = ops.index("relu")
     # The stem's ReLU output feeds both the next conv and the residual add; put the
     # stem and the next conv together so the ReLU output must leave the kernel too.
-    base = tf.plan_fusion(graph, hw)
+    base = tf.plan_fusion(graph, hw, planner="fuseops")
     groups = [list(g.nodes) for g in base.groups]
     stem = next(g for g in groups if stem_relu in g)
     nxt = next(g for g in groups if stem_relu + 1 in g)
@@ -176,13 +176,14 @@ def test_verifier_accepts_a_correct_schedule_and_rejects_a_wrong_kernel():
     jo, ji = sch.split(j, [None, 16])
     sch.vectorize(ji)
     verifier = KernelVerifier(target)
-    assert verifier.check(0, workload, sch.mod) is None
+    verdict = verifier.check(0, workload, sch.mod)
+    assert verdict.error is None and verdict.default_us > 0 and verdict.candidate_us > 0
 
     x = te.placeholder((1, 64), "float32", name="x")
     wrong = te.compute((1, 64), lambda i, j: x[i, j] * 0.5, name="y")
     bad = tvm.IRModule({"main": te.create_prim_func([x, wrong]).with_attr("global_symbol", "main")})
-    err = verifier.check(0, workload, bad)
-    assert err is not None and "differs from the reference" in err
+    verdict = verifier.check(0, workload, bad)
+    assert not verdict.accepted and "differs from the reference" in verdict.error
 
 
 def test_module_call_by_name_and_input_errors(model, tmp_path):

@@ -25,7 +25,7 @@ from .tune import TuneReport, tune
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
-                planner: str = "fuseops") -> FusionPlan:
+                planner: str = "cost") -> FusionPlan:
     """Partition ``graph``'s operators into kernels for ``target``.
 
     Parameters
@@ -35,8 +35,8 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     target : str or HardwareTarget
         A name from ``hw_targets/`` or ``"host"``.
     planner : str
-        ``"fuseops"`` (default): TVM FuseOps' op-kind rules. ``"cost"``: the
-        hardware-aware planner, by predicted time on ``target``.
+        ``"cost"`` (default): the hardware-aware planner, by predicted time on
+        ``target``. ``"fuseops"``: TVM FuseOps' op-kind rules, the baseline.
 
     Returns
     -------

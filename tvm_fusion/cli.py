@@ -191,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "target and print each kernel with its predicted time.")
     _add_model_args(pl)
     pl.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT")
-    pl.add_argument("--planner", choices=("fuseops", "cost"), default="fuseops",
-                    help="fuseops (default): TVM FuseOps' op-kind rules; cost: the "
-                         "hardware-aware planner, by predicted time on --target (also "
-                         "prints how its kernels differ from FuseOps')")
+    pl.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
+                    help="cost (default): the hardware-aware planner, by predicted time "
+                         "on --target (also prints how its kernels differ from FuseOps'); "
+                         "fuseops: TVM FuseOps' op-kind rules")
     pl.add_argument("--explain", metavar="OP",
                     help="say why OP was or was not fused: a stable name such as "
                          "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
@@ -211,9 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(tu)
     tu.add_argument("--trials", type=int, required=True, help="total number of measurements")
     tu.add_argument("--logs", required=True, metavar="DIR", help="tuning log directory")
-    tu.add_argument("--planner", choices=("fuseops", "cost"), default="fuseops",
+    tu.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
                     help="fusion planner for a model with no plan in the logs yet "
-                         "(default fuseops; a resumed run keeps the stored plan)")
+                         "(default cost; a resumed run keeps the stored plan)")
     tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     tu.add_argument("--quiet", action="store_true", help="no progress bar")
     tu.set_defaults(func=cmd_tune)

@@ -18,7 +18,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..errors import LogError
 from ..frontend import ImportedModel
 from ..graph import build_graph
-from ..plan import FusionPlan, apply_plan, plan_fuseops
+from ..plan import FusionPlan, apply_plan, make_plan
 from ..targets import HardwareTarget, load_target
 from ..tune.logs import open_database, read_manifest, target_dir
 
@@ -76,8 +76,8 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
-                  logs: str | Path | None = None, plan: FusionPlan | None = None
-                  ) -> CompiledModel:
+                  logs: str | Path | None = None, plan: FusionPlan | None = None,
+                  planner: str = "cost") -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -88,8 +88,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         A log directory written by :func:`~tvm_fusion.tune`. Missing or empty: every
         kernel gets its default schedule.
     plan : FusionPlan, optional
-        Overrides the plan stored in the logs (and the fresh FuseOps-rule plan used
-        when the logs have none for this model).
+        Overrides the plan stored in the logs.
+    planner : str
+        Planner of a fresh plan when neither ``plan`` nor a stored plan is there.
 
     Returns
     -------
@@ -98,7 +99,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     tvm_target = hw.tvm_target()
     graph = build_graph(model.mod)
-    plan = plan or _stored_plan(logs, hw, model) or plan_fuseops(graph, hw)
+    plan = plan or _stored_plan(logs, hw, model) or make_plan(graph, hw, planner)
     mod = apply_plan(graph, plan)
     db = open_database(target_dir(logs, hw.name), create=False) if logs else None
     with tvm_target, tvm.transform.PassContext(opt_level=3):

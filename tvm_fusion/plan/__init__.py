@@ -9,7 +9,7 @@ from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 PLANNERS = ("fuseops", "cost")
 
 
-def make_plan(graph, hw, planner: str = "fuseops") -> FusionPlan:
+def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
     """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`)."""
     from ..errors import PlanError
 

@@ -115,16 +115,20 @@ class _TuneState:
             if best is not None and lat >= best:
                 break
             task = self.tasks[task_id]
-            err = self.verifier.check(task_id, task.dispatched[0], cand.sch.mod)
-            if err is None:
+            verdict = self.verifier.check(task_id, task.dispatched[0], cand.sch.mod)
+            if verdict.accepted:
                 self.accepted.commit_tuning_record(ms.database.TuningRecord(
                     trace=cand.sch.trace, workload=self.workloads[task_id],
                     run_secs=[lat / 1e6], target=self.target, args_info=cand.args_info))
                 self.best[task_id] = lat
                 break
+            if verdict.error is None:
+                # Correct but no faster than the default loops: keep the default. The
+                # rest of this batch measured slower still.
+                break
             self.rejected += 1
             append_jsonl(self.tdir / "rejected.jsonl", {
-                "task": task.task_name, "latency_us": lat, "error": err,
+                "task": task.task_name, "latency_us": lat, "error": verdict.error,
                 "trace": str(cand.sch.trace)[:4000]})
         self.entry["trials"] += len(candidates)
         write_manifest(self.tdir, self.manifest)
@@ -144,7 +148,7 @@ class _Rec:  # adapts a record's run_secs to _latency_us
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
-         logs: str | Path, plan: FusionPlan | None = None, planner: str = "fuseops",
+         logs: str | Path, plan: FusionPlan | None = None, planner: str = "cost",
          progress: bool = True,
          seed: int = 0, trials_per_batch: int = 16) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.

@@ -7,6 +7,8 @@ agree.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import tvm
 
@@ -30,33 +32,56 @@ def _buffers(func: tvm.tirx.PrimFunc, seed: int) -> list[np.ndarray]:
     return out
 
 
-def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seed: int = 0) -> list[np.ndarray]:
-    """Build ``mod``'s ``main`` PrimFunc for ``target`` and run it on seeded random buffers."""
+def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seed: int = 0
+               ) -> tuple[list[np.ndarray], float]:
+    """Build ``mod``'s ``main`` PrimFunc, run it on seeded random buffers, and time it.
+
+    Returns the buffers after one run and the median time of a run in microseconds.
+    """
     func = mod["main"]
-    lib = tvm.compile(mod, target=target)
+    lib = tvm.tirx.build(mod, target=target)
     dev = tvm.cpu()
     arrays = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
     lib["main"](*arrays)
-    return [a.numpy() for a in arrays]
+    outputs = [a.numpy() for a in arrays]
+    timer = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=10)
+    return outputs, float(np.median(timer(*arrays).results)) * 1e6
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of checking one candidate against its workload's default schedule."""
+
+    error: str | None   # why the candidate is wrong; None when it matches
+    candidate_us: float  # both timed side by side in this process
+    default_us: float
+
+    @property
+    def accepted(self) -> bool:
+        """Correct and faster than the default (unscheduled) kernel."""
+        return self.error is None and self.candidate_us < self.default_us
 
 
 class KernelVerifier:
-    """Caches each workload's reference outputs and checks candidates against them."""
+    """Caches each workload's reference run and checks candidates against it."""
 
     def __init__(self, target: tvm.target.Target):
         self.target = target
-        self._ref: dict[int, list[np.ndarray]] = {}
+        self._ref: dict[int, tuple[list[np.ndarray], float]] = {}
 
-    def check(self, key: int, workload: tvm.IRModule, candidate: tvm.IRModule) -> str | None:
-        """None when ``candidate`` matches ``workload``; else what went wrong."""
+    def check(self, key: int, workload: tvm.IRModule, candidate: tvm.IRModule) -> Verdict:
+        """Compare ``candidate`` with the unscheduled ``workload`` (cached under ``key``)."""
         if key not in self._ref:
             self._ref[key] = run_kernel(workload, self.target)
+        ref, ref_us = self._ref[key]
         try:
-            got = run_kernel(candidate, self.target)
+            got, us = run_kernel(candidate, self.target)
         except Exception as e:  # a candidate that does not build or run is a failure
-            return f"candidate failed to build or run: {str(e).splitlines()[-1][:300]}"
-        for i, (g, w) in enumerate(zip(got, self._ref[key])):
+            msg = f"candidate failed to build or run: {str(e).splitlines()[-1][:300]}"
+            return Verdict(msg, float("inf"), ref_us)
+        for i, (g, w) in enumerate(zip(got, ref)):
             err = max_rel_error(g, w)
             if not err <= KERNEL_RTOL:
-                return f"buffer {i} differs from the reference: max rel error {err:.3g}"
-        return None
+                return Verdict(f"buffer {i} differs from the reference: max rel error "
+                               f"{err:.3g}", us, ref_us)
+        return Verdict(None, us, ref_us)
