@@ -298,7 +298,7 @@ def prepare_plain(ctx: Context, row: Row):
     row.compile_s = time.monotonic() - t0
     called = called_kernels(compiled.executable)
     row.kernels, row.untuned = len(called), len(called)
-    row.notes.append("tvm-fusion's FuseOps-rule plan, every kernel its default schedule")
+    row.notes.append("tvm-fusion's default plan, every kernel its default schedule")
     return vm_runner(compiled.executable, ctx.inputs)
 
 
