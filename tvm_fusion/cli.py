@@ -79,6 +79,11 @@ def cmd_tune(args) -> int:
     report = tune(model, args.target, trials=args.trials, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed)
     _print_tune_report(report)
+    wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
+    if report.plan.planner != wanted:
+        print(f"note: the logs already hold a {report.plan.planner!r} plan for this model; "
+              f"it was kept so the records stay valid (tune into a new --logs DIR to use "
+              f"--planner {args.planner})")
     if report.interrupted:
         print(f"interrupted: {report.trials_total} trials are saved in {report.logs}; run "
               "the same command again to continue")

@@ -25,11 +25,12 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..frontend import ImportedModel
 from ..graph import build_graph
-from ..plan import FusionPlan, apply_plan, make_plan
+from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .logs import append_jsonl, open_database, read_manifest, target_dir, write_manifest
 from .progress import Progress
+from .schedulable import make_schedulable
 from .verify import KernelVerifier
 
 
@@ -194,12 +195,11 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
         plan = make_plan(graph, hw, planner)
+    plan, _, tasks = make_schedulable(graph, plan, hw, tvm_target)
     if entry is None or entry["plan"]["hash"] != plan.hash:
         entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),
                  "inputs": {t.name: list(t.shape) for t in model.inputs}}
         manifest["models"][model.model_hash] = entry
-    fused = apply_plan(graph, plan)
-    tasks = ms.relax_integration.extract_tasks(fused, tvm_target)
     accepted = open_database(tdir, create=True)
     remaining = max(trials - entry["trials"], 0)
     bar = Progress(trials, done=entry["trials"], enabled=progress)

@@ -1,0 +1,44 @@
+"""Groups MetaSchedule's rules cannot schedule are split before tuning, never crash it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fusion as tf
+from tvm_fusion.plan import plan_from_groups
+from tvm_fusion.tune.schedulable import make_schedulable, unschedulable_groups
+
+
+def _matmul_bias_softmax() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+         helper.make_node("Add", ["y", "b"], ["y2"], name="bias"),
+         helper.make_node("Softmax", ["y2"], ["z"], name="sm", axis=-1)],
+        "mm_softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8, 64])],
+        initializer=[
+            numpy_helper.from_array(rng.standard_normal((32, 64)).astype("float32"), "w"),
+            numpy_helper.from_array(rng.standard_normal(64).astype("float32"), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_unschedulable_group_is_split_and_the_model_tunes(tmp_path):
+    model = tf.import_model(_matmul_bias_softmax(), name="mm-softmax")
+    hw = tf.load_target("host")
+    graph = tf.build_graph(model.mod)
+    together = plan_from_groups(graph, [[n.id for n in graph.nodes]], hw, planner="cost")
+    fused = tf.apply_plan(graph, together)
+    bad = unschedulable_groups(fused, together, hw.tvm_target())
+    assert list(bad) == [together.groups[0].name] and "reverse-compute-at" in bad[together.groups[0].name]
+
+    plan, _, tasks = make_schedulable(graph, together, hw, hw.tvm_target())
+    assert len(plan.groups) == 2 and len(tasks) == 2  # FuseOps' split: matmul+add | softmax
+    assert "cannot schedule" in plan.notes[0]
+
+    report = tf.tune(model, hw, trials=4, logs=tmp_path, plan=together, progress=False)
+    assert len(report.plan.groups) == 2 and report.trials_run >= 1
+    compiled = tf.compile_model(model, hw, logs=tmp_path)
+    assert compiled.plan.hash == report.plan.hash  # the repaired plan was stored and re-used
