@@ -15,6 +15,9 @@ import tvm
 from ..reference import max_rel_error
 
 KERNEL_RTOL = 1e-4
+# Several draws: one seed let a kernel 5e-4 off through at 5e-5 (PP-OCR rec, a fused
+# conv+BN+swish+concat whose error then grew to 0.27 at the model output).
+VERIFY_SEEDS = (0, 1, 2)
 
 
 def _buffers(func: tvm.tirx.PrimFunc, seed: int) -> list[np.ndarray]:
@@ -32,18 +35,21 @@ def _buffers(func: tvm.tirx.PrimFunc, seed: int) -> list[np.ndarray]:
     return out
 
 
-def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seed: int = 0
+def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seeds=VERIFY_SEEDS
                ) -> tuple[list[np.ndarray], float]:
     """Build ``mod``'s ``main`` PrimFunc, run it on seeded random buffers, and time it.
 
-    Returns the buffers after one run and the median time of a run in microseconds.
+    Returns the buffers after one run per seed (concatenated in seed order) and the
+    median time of a run in microseconds.
     """
     func = mod["main"]
     lib = tvm.tirx.build(mod, target=target)
     dev = tvm.cpu()
-    arrays = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
-    lib["main"](*arrays)
-    outputs = [a.numpy() for a in arrays]
+    outputs = []
+    for seed in seeds:
+        arrays = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
+        lib["main"](*arrays)
+        outputs += [a.numpy() for a in arrays]
     timer = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=10)
     return outputs, float(np.median(timer(*arrays).results)) * 1e6
 
@@ -79,9 +85,11 @@ class KernelVerifier:
         except Exception as e:  # a candidate that does not build or run is a failure
             msg = f"candidate failed to build or run: {str(e).splitlines()[-1][:300]}"
             return Verdict(msg, float("inf"), ref_us)
+        nbuf = len(workload["main"].params)
         for i, (g, w) in enumerate(zip(got, ref)):
             err = max_rel_error(g, w)
             if not err <= KERNEL_RTOL:
-                return Verdict(f"buffer {i} differs from the reference: max rel error "
-                               f"{err:.3g}", us, ref_us)
+                draw, buf = divmod(i, nbuf)
+                return Verdict(f"buffer {buf} differs from the reference on random draw "
+                               f"{draw}: max rel error {err:.3g}", us, ref_us)
         return Verdict(None, us, ref_us)
