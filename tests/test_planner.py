@@ -194,7 +194,7 @@ def test_embedded_plans_beat_fuseops_prediction_and_name_ops_stably(embedded):
     _, graph = embedded
     for t in TARGETS:
         plan = tf.plan_fusion(graph, t, planner="cost")
-        base = tf.plan_fusion(graph, t)
+        base = tf.plan_fusion(graph, t, planner="fuseops")
         assert plan.est_us < base.est_us
         assert plan.planner == "cost" and base.planner == "fuseops-rules"
         names = sorted(o for g in plan.groups for o in g.ops)
@@ -336,6 +336,6 @@ def test_random_dags_give_convex_acyclic_correct_plans(seed):
     for t in (*TARGETS, "host"):
         plan = tf.plan_fusion(graph, t, planner="cost")
         apply_plan(graph, plan)  # raises PlanError on a non-convex group or a cycle
-        assert plan.est_us <= tf.plan_fusion(graph, t).est_us + 1e-9
+        assert plan.est_us <= tf.plan_fusion(graph, t, planner="fuseops").est_us + 1e-9
         assert all(r.fused_us is None or r.fused_us >= r.unfused_us for r in plan.rejected)
     _check_against_onnxruntime(model, plan)
