@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import onnx
-import pytest
 
 from tvm_fusion.embedded import build_embedded_model
 

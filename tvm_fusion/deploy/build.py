@@ -13,7 +13,6 @@ from pathlib import Path
 
 import tvm
 from tvm import relax
-from tvm.s_tir import meta_schedule as ms
 
 from ..errors import LogError
 from ..frontend import ImportedModel

@@ -166,5 +166,4 @@ def build_graph(mod: tvm.IRModule, *, legalized: bool = False) -> OpGraph:
             flops=float(estimate_tir_flops(tvm.IRModule({"main": func}))),
             bytes_read=read, bytes_written=written))
     outputs = tuple(dict.fromkeys(sources(main.body.body)))
-    # A node read by a non-call_tir binding that is itself a model output is an output too.
     return OpGraph(mod=mod, nodes=tuple(nodes), outputs=outputs)

@@ -96,7 +96,6 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
     block = main.body.blocks[block_idx]
     bindings = list(block.bindings)
     node_binding = [i for i, b in enumerate(bindings) if _is_call_tir(b.value)]
-    group_of = plan.group_of()
 
     # Units: a whole group, or one binding outside any multi-node group.
     unit_of: dict[int, object] = {}

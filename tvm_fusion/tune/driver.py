@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -66,11 +65,15 @@ class TuneReport:
         return sum(t.best_us * t.weight for t in self.tasks) / 1e3
 
 
+def _mean_us(run_secs) -> float:
+    secs = [float(s) for s in run_secs]
+    return sum(secs) / len(secs) * 1e6
+
+
 def _latency_us(result) -> float | None:
     if result.error_msg is not None or not result.run_secs:
         return None
-    secs = [float(s) for s in result.run_secs]
-    return sum(secs) / len(secs) * 1e6
+    return _mean_us(result.run_secs)
 
 
 @derived_object
@@ -94,7 +97,7 @@ class _TuneState:
         self.best = []
         for wl in self.workloads:
             top = accepted.get_top_k(wl, 1)
-            self.best.append(_latency_us(_Rec(top[0].run_secs)) if top else None)
+            self.best.append(_mean_us(top[0].run_secs) if top else None)
         self.trials = [0] * len(tasks)
         self.rejected = 0
         self.stop = False
@@ -141,11 +144,6 @@ class _TuneState:
         if self.stop:
             for i in range(len(self.index)):
                 scheduler.terminate_task(i)
-
-
-class _Rec:  # adapts a record's run_secs to _latency_us
-    def __init__(self, run_secs):
-        self.run_secs, self.error_msg = run_secs, None
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
