@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from . import models as model_registry
-from .systems import FROM_LOGS, FUSION, KEYS, ORT, PREPARE, Context, Row, labels, \
+from .systems import DEFAULT_KEYS, FROM_LOGS, FUSEOPS_PLAN, FUSION, KEYS, ORT, PREPARE, Context, Row, labels, \
     max_error, prepare_ort, run_system, short_reason
 
 DEFAULT_TOL = 1e-4
@@ -49,9 +49,10 @@ def parse_args(argv):
                    help="shipped tvm-fusion logs (a directory holding <target>/) for the "
                         "from-logs row; default: the logs the tvm-fusion row just wrote")
     p.add_argument("--list", action="store_true", help="list the models and whether each runs")
-    p.add_argument("--systems", default=",".join(KEYS),
+    p.add_argument("--systems", default=",".join(DEFAULT_KEYS),
                    help=f"comma-separated subset of: {', '.join(KEYS)} (others are shown "
-                        "as skipped)")
+                        f"as skipped); default: all but {FUSEOPS_PLAN}, the planner "
+                        "ablation (our tuner on FuseOps' plan)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--slot-ms", type=float, default=300.0,
                    help="time per system per round, ms")
@@ -158,7 +159,7 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
         if row.key not in args.system_keys:
             row.status, row.reason = "skipped", "not in --systems"
             continue
-        if graph_note and row.key in (FUSION, FROM_LOGS):
+        if graph_note and row.key in (FUSEOPS_PLAN, FUSION, FROM_LOGS):
             row.status = "failed"
             row.reason = f"tvm-fusion's graph stage rejects the model: {graph_note}"
             log(f"  [{row.key}] failed: {row.reason}")

@@ -25,10 +25,12 @@ import numpy as np
 
 from .models import BenchModel
 
-ORT, TORCH, PLAIN, MS, FUSION, FROM_LOGS = (
-    "onnxruntime", "pytorch", "tvm-unscheduled", "metaschedule", "tvm-fusion",
-    "tvm-fusion-from-logs")
-KEYS = (ORT, TORCH, PLAIN, MS, FUSION, FROM_LOGS)
+ORT, TORCH, PLAIN, MS, FUSEOPS_PLAN, FUSION, FROM_LOGS = (
+    "onnxruntime", "pytorch", "tvm-unscheduled", "metaschedule", "tvm-fusion-fuseops-plan",
+    "tvm-fusion", "tvm-fusion-from-logs")
+KEYS = (ORT, TORCH, PLAIN, MS, FUSEOPS_PLAN, FUSION, FROM_LOGS)
+# Run by default: the FuseOps-plan row is the planner ablation (``--systems`` adds it).
+DEFAULT_KEYS = (ORT, TORCH, PLAIN, MS, FUSION, FROM_LOGS)
 
 
 def labels(trials: int) -> dict[str, str]:
@@ -37,6 +39,7 @@ def labels(trials: int) -> dict[str, str]:
         TORCH: "PyTorch eager (onnx2torch)",
         PLAIN: "TVM unscheduled",
         MS: f"TVM FuseOps + MetaSchedule ({trials} trials)",
+        FUSEOPS_PLAN: f"tvm-fusion tuner on FuseOps' plan ({trials} trials)",
         FUSION: f"tvm-fusion ({trials} trials)",
         FROM_LOGS: "tvm-fusion from logs (no tuning)",
     }
@@ -308,13 +311,15 @@ def _fresh(path: Path) -> Path:
     return path
 
 
-def prepare_fusion(ctx: Context, row: Row):
+def prepare_fusion(ctx: Context, row: Row, *, planner: str = "cost"):
     import tvm_fusion
 
-    logs = _fresh(ctx.work / "tvm-fusion-logs")
+    logs = _fresh(ctx.work / f"tvm-fusion-logs-{planner}")
     t0 = time.monotonic()
-    ctx.fusion_logs = logs
-    report = tvm_fusion.tune(ctx.model.imported, ctx.hw, trials=ctx.trials, logs=logs)
+    if planner == "cost":
+        ctx.fusion_logs = logs
+    report = tvm_fusion.tune(ctx.model.imported, ctx.hw, trials=ctx.trials, logs=logs,
+                             planner=planner)
     row.tune_s = time.monotonic() - t0
     t0 = time.monotonic()
     compiled = tvm_fusion.compile_model(ctx.model.imported, ctx.hw, logs=logs)
@@ -323,7 +328,8 @@ def prepare_fusion(ctx: Context, row: Row):
     untuned = set(compiled.untuned)
     row.kernels, row.untuned = len(called), sum(n in untuned for n in called)
     have = sum(t.best_us is not None for t in report.tasks)
-    row.notes.append(f"{report.trials_total} trials; {have}/{len(report.tasks)} tuning tasks "
+    row.notes.append(f"{planner} plan: {len(compiled.plan.groups)} fused groups; "
+                     f"{report.trials_total} trials; {have}/{len(report.tasks)} tuning tasks "
                      f"have a verified record; {report.rejected} candidates rejected by "
                      "verification")
     row.extra.update(logs=str(logs), trials_total=report.trials_total,
@@ -379,5 +385,11 @@ def prepare_metaschedule(ctx: Context, row: Row):
     return vm_runner(executable, ctx.inputs)
 
 
+def prepare_fuseops_plan(ctx: Context, row: Row):
+    """The planner ablation: our tuner and budget, TVM FuseOps' grouping."""
+    return prepare_fusion(ctx, row, planner="fuseops")
+
+
 PREPARE = {ORT: prepare_ort, TORCH: prepare_pytorch, PLAIN: prepare_plain,
-           MS: prepare_metaschedule, FUSION: prepare_fusion, FROM_LOGS: prepare_from_logs}
+           MS: prepare_metaschedule, FUSEOPS_PLAN: prepare_fuseops_plan,
+           FUSION: prepare_fusion, FROM_LOGS: prepare_from_logs}
