@@ -1,0 +1,123 @@
+"""A GPU target's per-kernel limits, and the check every generated kernel passes first.
+
+A schedule whose kernel needs more registers or shared memory than the target allows
+either fails to launch or (registers) spills to local memory and runs far slower than
+the tuner's model expects. :func:`check_kernel` rejects it from ptxas' numbers, before
+anything is measured; :class:`ResourceCheck` does the same for a MetaSchedule candidate
+(usable from the tuner's verification path, where a rejected candidate is never built
+for measurement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TvmFusionError
+
+# PTX ISA / CUDA Programming Guide, compute capability 3.5 to 9.0: at most 255 registers
+# per thread (ptxas' maxrregcount ceiling).
+MAX_REGISTERS_PER_THREAD = 255
+
+
+class ResourceLimitError(TvmFusionError):
+    """A kernel needs more registers, shared memory or threads than its target allows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuLimits:
+    """Per-kernel limits of one GPU target.
+
+    Attributes
+    ----------
+    target : str
+    registers_per_thread : int
+        255 on every NVIDIA architecture since sm_35.
+    registers_per_block : int
+        The SM's register file (TVM's ``registers_per_block``, else the hw file's
+        ``registers_per_unit``).
+    shared_bytes_per_block : int
+        Static shared memory one TVM kernel may use (48 KB on A100/H100: TVM does not
+        opt kernels into the larger dynamic carve-out).
+    threads_per_block : int
+    """
+
+    target: str
+    registers_per_thread: int
+    registers_per_block: int
+    shared_bytes_per_block: int
+    threads_per_block: int
+
+    @classmethod
+    def from_target(cls, hw) -> "GpuLimits":
+        """The limits of a GPU :class:`~tvm_fusion.targets.HardwareTarget`."""
+        if hw.family == "cpu":
+            raise ResourceLimitError(f"target {hw.name!r} is a CPU: GPU kernel limits apply "
+                                     "to cuda and rocm targets only")
+        cfg = hw.tvm_config
+        return cls(target=hw.name,
+                   registers_per_thread=MAX_REGISTERS_PER_THREAD,
+                   registers_per_block=int(cfg.get("registers_per_block",
+                                                   hw.registers_per_unit)),
+                   shared_bytes_per_block=hw.usable_shared_memory_per_block,
+                   threads_per_block=int(cfg.get("max_threads_per_block",
+                                                 hw.max_threads_per_block)))
+
+
+def check_kernel(res, limits: GpuLimits) -> list[str]:
+    """Violations of ``limits`` by one kernel entry (a :class:`KernelResources`); [] if none.
+
+    Each message names the kernel, the resource, what it uses, the limit, and what to do.
+    """
+    bad = []
+    where = f"kernel {res.entry} ({res.arch}) on {limits.target}"
+    if res.registers > limits.registers_per_thread:
+        bad.append(f"{where}: {res.registers} registers per thread, limit "
+                   f"{limits.registers_per_thread}; use a smaller per-thread tile")
+    if res.threads_per_block and res.registers_per_block > limits.registers_per_block:
+        bad.append(f"{where}: {res.registers} registers x {res.threads_per_block} threads "
+                   f"= {res.registers_per_block} registers per block, limit "
+                   f"{limits.registers_per_block} (the SM's register file); use fewer "
+                   f"threads per block or a smaller per-thread tile")
+    if res.shared_bytes > limits.shared_bytes_per_block:
+        bad.append(f"{where}: {res.shared_bytes} bytes of shared memory per block, limit "
+                   f"{limits.shared_bytes_per_block}; use smaller shared-memory tiles")
+    if res.threads_per_block > limits.threads_per_block:
+        bad.append(f"{where}: {res.threads_per_block} threads per block, limit "
+                   f"{limits.threads_per_block}")
+    return bad
+
+
+def raise_on_violations(kernels) -> None:
+    """Raise :class:`ResourceLimitError` listing every violation of ``kernels``.
+
+    Parameters
+    ----------
+    kernels : iterable of CudaKernel
+    """
+    bad = [v for k in kernels for v in k.violations]
+    if bad:
+        raise ResourceLimitError("kernels exceed the target's limits:\n  " + "\n  ".join(bad))
+
+
+def check_schedule(func, hw, *, name: str = "candidate") -> list[str]:
+    """Build one scheduled PrimFunc to CUDA, compile it with nvcc, and return its violations.
+
+    The check a tuner runs on a candidate before measuring it: cheap (one nvcc call,
+    about 0.1 s) next to a measurement, and it catches what TIR cannot show (registers).
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        A scheduled kernel (threads bound).
+    hw : HardwareTarget
+        A cuda-family target.
+    name : str
+        Kernel name in messages.
+    """
+    from .cuda import cuda_source, nvcc_compile
+
+    target = hw.tvm_target()
+    src = cuda_source(func, target, name)
+    entries, _ = nvcc_compile(src, str(target.attrs["arch"]), name=name)
+    limits = GpuLimits.from_target(hw)
+    return [v for e in entries for v in check_kernel(e, limits)]
