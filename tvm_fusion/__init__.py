@@ -9,13 +9,14 @@ The pipeline, one function per stage, each usable alone::
     report = tune(model, "host", trials=64, logs="tuning_logs")
     compile_model(model, "host", logs="tuning_logs").export("model.so")
     outputs = load_module("model.so")(x)
+    outputs = jit("model.onnx", target="host", logs="tuning_logs")(x)  # cached per shape
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .deploy import CompiledModel, Module, compile_model, load_module
+from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError
 from .frontend import ImportedModel, TensorInfo, import_model, parse_shape
 from .graph import OpGraph, build_graph
@@ -53,6 +54,6 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
 __all__ = [
     "CompiledModel", "FusedGroup", "FusionPlan", "HardwareTarget", "ImportedModel",
     "Module", "OpGraph", "TensorInfo", "TuneReport", "TvmFusionError", "apply_plan",
-    "build_graph", "compile_model", "import_model", "list_targets", "load_module",
+    "build_graph", "compile_model", "import_model", "jit", "list_targets", "load_module",
     "load_target", "parse_shape", "plan_fusion", "tune",
 ]

@@ -107,14 +107,16 @@ def cmd_compile(args) -> int:
     logs = args.logs if args.logs and Path(args.logs).exists() else None
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
-    compiled = compile_model(model, args.target, logs=logs)
+    compiled = compile_model(model, args.target, logs=logs,
+                             allow_other_target=args.allow_other_target)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
     if compiled.untuned:
         print(f"{len(compiled.untuned)} kernels have no tuning record and use their "
-              f"default schedule:")
+              f"default schedule (predicted share of the model's time):")
         for name in compiled.untuned:
-            print(f"  {name}")
+            share = compiled.untuned_share.get(name)
+            print(f"  {name}" + (f"  {share:.0%}" if share is not None else ""))
     return 0
 
 
@@ -229,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "schedule and are listed.")
     _add_model_args(c)
     c.add_argument("--logs", metavar="DIR", help="tuning log directory")
+    c.add_argument("--allow-other-target", action="store_true",
+                   help="use logs whose manifest names another target key or hardware hash "
+                        "(refused by default)")
     c.add_argument("-o", "--output", required=True, metavar="OUT.so",
                    help="library to write (OUT.so.json describing it is written beside it)")
     c.set_defaults(func=cmd_compile)
@@ -247,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, default=50, help="timed runs (default 50)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.set_defaults(func=cmd_run)
+    from . import logtools
+    logtools.add_parser(sub)
     return p
 
 

@@ -2,13 +2,18 @@
 
 The plan is the one stored with the logs for this model (so the kernels are the ones
 that were tuned); each kernel takes its best verified record, and a kernel with no
-record keeps its default (unscheduled) loops and is listed.
+record keeps its default (unscheduled) loops and is listed with its predicted share of
+the model's time. Logs of another TVM or manifest version are refused, logs of another
+target unless ``allow_other_target``; unreadable database lines are skipped with one
+warning.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
@@ -19,7 +24,8 @@ from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan, make_plan
 from ..targets import HardwareTarget, load_target
-from ..tune.logs import open_database, read_manifest, target_dir
+from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
+                         target_dir, target_key)
 
 MODULE_SCHEMA = "tvm-fusion/module"
 MODULE_VERSION = 1
@@ -35,6 +41,8 @@ class CompiledModel:
     kernels: tuple[str, ...]
     untuned: tuple[str, ...]  # kernels built with their default schedule
     info: dict  # the JSON sidecar written beside an exported library
+    untuned_share: Mapping[str, float] = field(default_factory=dict)
+    """Predicted fraction of the model's time spent in each untuned kernel."""
 
     def export(self, path: str | Path) -> Path:
         """Write the shared library ``path`` and its sidecar ``path`` + ``.json``."""
@@ -50,14 +58,25 @@ def sidecar_path(lib: str | Path) -> Path:
     return Path(str(lib) + ".json")
 
 
-def _stored_plan(logs, hw: HardwareTarget, model: ImportedModel) -> FusionPlan | None:
+def _read_logs(logs, hw: HardwareTarget, allow_other_target: bool) -> dict | None:
+    """The checked manifest of ``logs/<target>``; None when there is none."""
     if logs is None:
         return None
     tdir = target_dir(logs, hw.name)
-    if not (tdir / "manifest.json").exists():
+    if load_manifest_raw(tdir) is None:
+        if (tdir / "database_workload.json").exists():
+            warnings.warn(f"{tdir} has tuning records but no manifest.json, so their TVM "
+                          "version and target cannot be checked; they are applied as they "
+                          "are", stacklevel=3)
         return None
-    entry = read_manifest(tdir)["models"].get(model.model_hash)
-    return FusionPlan.from_json(entry["plan"]) if entry else None
+    return read_manifest(tdir, expect=hw, allow_other_target=allow_other_target)
+
+
+def _untuned_share(plan: FusionPlan, untuned) -> dict[str, float]:
+    """Each untuned kernel's share of the plan's predicted time (by kernel name)."""
+    est = {g.name: g.est_us for g in plan.groups}
+    total = sum(est.values()) or 1.0
+    return {n: est[n] / total for n in untuned if n in est}
 
 
 def _lowering_passes(target: tvm.target.Target) -> list:
@@ -76,7 +95,7 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
-                  planner: str = "cost") -> CompiledModel:
+                  planner: str = "cost", allow_other_target: bool = False) -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -90,17 +109,30 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         Overrides the plan stored in the logs.
     planner : str
         Planner of a fresh plan when neither ``plan`` nor a stored plan is there.
+    allow_other_target : bool
+        Use logs whose manifest names another target key or hardware hash.
 
     Returns
     -------
     CompiledModel
+
+    Raises
+    ------
+    LogError
+        The logs were written by another TVM or manifest version, or (without
+        ``allow_other_target``) for another target.
     """
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     tvm_target = hw.tvm_target()
     graph = build_graph(model.mod)
-    plan = plan or _stored_plan(logs, hw, model) or make_plan(graph, hw, planner)
+    manifest = _read_logs(logs, hw, allow_other_target)
+    entry = (manifest or {}).get("models", {}).get(model.model_hash)
+    if plan is None and entry is not None:
+        plan = FusionPlan.from_json(entry["plan"])
+    plan = plan or make_plan(graph, hw, planner)
     mod = apply_plan(graph, plan)
-    db = open_database(target_dir(logs, hw.name), create=False) if logs else None
+    tdir = target_dir(logs, hw.name) if logs else None
+    db = open_database(tdir, create=False) if logs else None
     with tvm_target, tvm.transform.PassContext(opt_level=3):
         if db is not None:
             with db:
@@ -123,6 +155,12 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                     for t in model.outputs],
         "kernels": sorted(funcs), "untuned": list(untuned),
+        "untuned_est_share": _untuned_share(plan, untuned),
+        "logs": None if db is None else {
+            "content_hash": content_hash(tdir), "target_key": target_key(hw.tvm_config),
+            "model_in_manifest": entry is not None,
+            "records": len(db), "skipped_lines": len(db.bad_lines)},
     }
     return CompiledModel(executable=ex, target=hw.name, plan=plan,
-                         kernels=tuple(sorted(funcs)), untuned=untuned, info=info)
+                         kernels=tuple(sorted(funcs)), untuned=untuned, info=info,
+                         untuned_share=info["untuned_est_share"])

@@ -9,7 +9,6 @@ lets the batch in flight finish, keeps everything measured, and returns.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import signal
@@ -27,7 +26,8 @@ from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
-from .logs import append_jsonl, open_database, read_manifest, target_dir, write_manifest
+from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
+                   target_dir, target_identity, write_manifest)
 from .progress import Progress
 from .schedulable import make_schedulable
 from .verify import KernelVerifier
@@ -134,8 +134,7 @@ class _TuneState:
             append_jsonl(self.tdir / "rejected.jsonl", {
                 "task": task.task_name, "latency_us": lat, "error": verdict.error,
                 "trace": str(cand.sch.trace)[:4000]})
-        self.entry["trials"] += len(candidates)
-        write_manifest(self.tdir, self.manifest)
+        add_trials(self.tdir, self.manifest, self.entry, len(candidates))  # locked, shared
         have = sum(b is not None for b in self.best)
         note = "" if have == len(self.best) else f"({have}/{len(self.best)} kernels)"
         if self.stop:
@@ -185,9 +184,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     tvm_target = hw.tvm_target()
     graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
-    manifest = read_manifest(tdir)
-    manifest["target"] = {"name": hw.name, "tvm": json.loads(json.dumps(hw.tvm_config, default=dict)),
-                          "hardware_hash": hw.hardware_hash}
+    manifest = read_manifest(tdir, expect=hw)  # refuses another TVM version or target
+    manifest["target"] = target_identity(hw)
     entry = manifest["models"].get(model.model_hash)
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
@@ -203,6 +201,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     bar = Progress(trials, done=entry["trials"], enabled=progress)
     state = _TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
                        progress=bar, manifest=manifest, entry=entry)
+    entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
     write_manifest(tdir, manifest)
     interrupted = False
     if remaining > 0 and tasks:
@@ -226,7 +225,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> b
     """
     import_tensor_intrinsics()  # before TuneContext does it the slow way
     (tdir / "candidates").mkdir(parents=True, exist_ok=True)
-    candidates_db = ms.database.JSONDatabase(work_dir=str(tdir / "candidates"))
+    candidates_db = open_database(tdir / "candidates", create=True)  # crash/share-safe
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=5, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False))
     callbacks = ms.MeasureCallback.create("default") + [_VerifyAndCommit(state)]

@@ -2,11 +2,14 @@
 
 Layout of ``LOGS/<target>/``::
 
-    database_workload.json          verified records: stock MetaSchedule JSONDatabase,
-    database_tuning_record.json     what compile applies
+    database_workload.json          verified records: stock MetaSchedule JSONDatabase
+    database_tuning_record.json     files (read and written by logdb.LogDatabase), what
+                                    compile applies
     candidates/                     every measured candidate (resume, cost-model training)
-    manifest.json                   versions, target, hardware hash, per-model plan and trials
+    manifest.json                   schema, TVM and tvm-fusion versions, target key and
+                                    hardware hash, per model: inputs, plan, kernels, trials
     rejected.jsonl                  candidates that failed verification, with the error
+    .lock                           flock of the writers (tuners, merge, prune)
 
 One database per target because MetaSchedule's ``query_tuning_record`` ignores its
 target argument: mixing targets in one database would apply one target's schedules to
@@ -15,15 +18,17 @@ another.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
 import tvm
-from tvm.s_tir import meta_schedule as ms
 
 from ..errors import LogError
+from .logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase
 
 MANIFEST_SCHEMA = "tvm-fusion/logs"
 MANIFEST_VERSION = 1
@@ -34,54 +39,215 @@ def target_dir(logs: str | os.PathLike, target_name: str) -> Path:
     return Path(logs) / target_name
 
 
-def open_database(path: Path, *, create: bool) -> ms.database.JSONDatabase | None:
-    """The JSONDatabase in ``path``; None when it does not exist and ``create`` is False."""
-    wl, rec = path / "database_workload.json", path / "database_tuning_record.json"
-    if not create and not wl.exists():
+def open_database(path: Path, *, create: bool) -> LogDatabase | None:
+    """The database in ``path`` (read-write with ``create``); None if absent and not ``create``.
+
+    Unreadable lines are skipped with one :class:`~tvm_fusion.tune.logdb.CorruptLogWarning`.
+    """
+    if not create and not (path / WORKLOAD_FILE).exists():
         return None
-    path.mkdir(parents=True, exist_ok=True)
     try:
-        return ms.database.JSONDatabase(str(wl), str(rec), allow_missing=True)
-    except Exception as e:  # TVM raises a bare error on a malformed file
-        raise LogError(f"cannot read the tuning database in {path}: {e}. Move the broken "
-                       "file away (keep a copy) and re-run; nothing else is lost") from e
+        return LogDatabase(path, writable=create)
+    except OSError as e:
+        raise LogError(f"cannot open the tuning database in {path}: {e}") from e
 
 
-def _versions() -> dict:
+def versions() -> dict:
+    """The versions a manifest records: TVM and tvm-fusion."""
     from .. import __version__
     return {"tvm": tvm.__version__, "tvm_fusion": __version__}
 
 
-def read_manifest(path: Path) -> dict:
-    """The manifest of a target directory, or a fresh one when there is none."""
+def target_key(tvm_config) -> str:
+    """Canonical JSON of a TVM target config: what "the same target" means to a log."""
+    return json.dumps(json.loads(json.dumps(tvm_config, default=dict)), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def target_identity(hw) -> dict:
+    """The ``target`` block of a manifest for hardware ``hw``."""
+    return {"name": hw.name, "key": target_key(hw.tvm_config),
+            "tvm": json.loads(json.dumps(hw.tvm_config, default=dict)),
+            "hardware_hash": hw.hardware_hash}
+
+
+def fresh_manifest() -> dict:
+    return {"schema": MANIFEST_SCHEMA, "version": MANIFEST_VERSION, **versions(), "models": {}}
+
+
+def load_manifest_raw(path: Path) -> dict | None:
+    """The manifest of a target directory as stored, unchecked; None if there is none."""
     f = path / "manifest.json"
     if not f.exists():
-        return {"schema": MANIFEST_SCHEMA, "version": MANIFEST_VERSION, **_versions(),
-                "models": {}}
+        return None
     try:
         m = json.loads(f.read_text())
     except json.JSONDecodeError as e:
         raise LogError(f"{f} is not valid JSON ({e}); restore it or delete it to start a "
                        "new manifest (the records themselves are kept)") from e
-    if m.get("schema") != MANIFEST_SCHEMA or m.get("version") != MANIFEST_VERSION:
-        raise LogError(f"{f} is schema {m.get('schema')!r} version {m.get('version')!r}; "
-                       f"this tvm-fusion reads version {MANIFEST_VERSION}")
+    if not isinstance(m, dict):
+        raise LogError(f"{f} is not a tvm-fusion manifest (a JSON object expected, got "
+                       f"{type(m).__name__})")
     return m
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
-    """Write the manifest atomically (a crash leaves the old or the new one, whole)."""
-    path.mkdir(parents=True, exist_ok=True)
+def manifest_problems(m: dict, path: Path, hw=None) -> tuple[list[str], list[str]]:
+    """What keeps a manifest from being used here: (version problems, target problems).
+
+    Each problem is a sentence that says what was expected, what was found and what
+    to do about it.
+    """
+    f = path / "manifest.json"
+    version, target = [], []
+    if m.get("schema") != MANIFEST_SCHEMA or m.get("version") != MANIFEST_VERSION:
+        version.append(
+            f"{f} is schema {m.get('schema')!r} version {m.get('version')!r}; this "
+            f"tvm-fusion reads {MANIFEST_SCHEMA!r} version {MANIFEST_VERSION}. Use the "
+            f"tvm-fusion that wrote it (it recorded {m.get('tvm_fusion')!r}), or re-tune "
+            "into a new log directory")
+    if m.get("tvm") != tvm.__version__:
+        version.append(
+            f"{f} was written with TVM {m.get('tvm')!r}, this is TVM {tvm.__version__}. "
+            "Records are not carried across TVM versions (workload hashes and schedule "
+            "traces change between them, and a stale record is applied silently or not at "
+            f"all), so they are refused. Install TVM {m.get('tvm')} to deploy them, or "
+            "re-tune with this TVM into a new log directory; `tvm-fusion logs validate` "
+            "shows which records still replay")
+    stored = m.get("target")
+    if hw is not None and stored is not None:
+        here = target_identity(hw)
+        key = stored.get("key") or target_key(stored.get("tvm", {}))
+        diffs = []
+        if key != here["key"]:
+            mine, theirs = json.loads(here["key"]), json.loads(key)
+            diffs += [f"{k}: logs {theirs.get(k)!r}, here {mine.get(k)!r}"
+                      for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        if stored.get("hardware_hash") != here["hardware_hash"]:
+            diffs.append(f"hardware hash: logs {str(stored.get('hardware_hash'))[:12]}, "
+                         f"here {here['hardware_hash'][:12]}")
+        if diffs:
+            target.append(
+                f"{path} holds records tuned for another target than this "
+                f"{hw.name!r} ({'; '.join(diffs)}). Schedules tuned for other hardware "
+                "can be slow or fail here, so they are refused; pass "
+                "allow_other_target=True (CLI: --allow-other-target) to use them anyway, "
+                "or tune for this target")
+    return version, target
+
+
+def read_manifest(path: Path, *, expect=None, allow_other_target: bool = False) -> dict:
+    """The manifest of a target directory, checked; a fresh one when there is none.
+
+    Parameters
+    ----------
+    path : Path
+        The target directory (``LOGS/<target>``).
+    expect : HardwareTarget, optional
+        The hardware the records will be used on: a manifest of another target key or
+        hardware hash is refused unless ``allow_other_target``.
+    allow_other_target : bool
+        Use records of another target anyway.
+
+    Raises
+    ------
+    LogError
+        Another manifest schema or TVM version, or (without ``allow_other_target``)
+        another target.
+    """
+    m = load_manifest_raw(path)
+    if m is None:
+        return fresh_manifest()
+    version, target = manifest_problems(m, path, expect)
+    if version:
+        raise LogError(version[0])
+    if target and not allow_other_target:
+        raise LogError(target[0])
+    m.setdefault("models", {})
+    return m
+
+
+def _write_atomic(path: Path, manifest: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path / "manifest.json")
 
 
+def _merge_models(disk: dict, ours: dict) -> dict:
+    """Models of ``ours`` over those on disk; a model tuned elsewhere meanwhile is kept.
+
+    For the same model and plan the larger trial count wins (another process may have
+    counted trials since ``ours`` was read).
+    """
+    models = dict(disk)
+    for h, entry in ours.items():
+        old = disk.get(h)
+        if old is not None and old.get("plan", {}).get("hash") == entry.get("plan", {}).get("hash"):
+            entry = {**entry, "trials": max(entry.get("trials", 0), old.get("trials", 0))}
+        models[h] = entry
+    return models
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Write the manifest atomically under the directory lock, merged with the one on disk.
+
+    A crash leaves the old or the new file, whole; a second process writing the same
+    directory keeps its models (see :func:`_merge_models`).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    with DirLock(path, exclusive=True):
+        disk = load_manifest_raw(path) or {}
+        out = {**manifest, "models": _merge_models(disk.get("models", {}),
+                                                   manifest.get("models", {}))}
+        _write_atomic(path, out)
+
+
+def add_trials(path: Path, manifest: dict, entry: dict, n: int) -> int:
+    """Add ``n`` measured trials to ``entry`` (a model of ``manifest``) and save, locked.
+
+    Counts of other processes tuning the same model meanwhile are kept: the count on disk
+    is read and incremented under the lock. Returns the new total (also set in
+    ``entry``).
+    """
+    key = next(h for h, e in manifest["models"].items() if e is entry)
+    with DirLock(path, exclusive=True):
+        disk = load_manifest_raw(path) or {}
+        models = disk.get("models", {})
+        old = models.get(key)
+        base = entry.get("trials", 0)
+        if old is not None and old.get("plan", {}).get("hash") == entry["plan"]["hash"]:
+            base = old.get("trials", 0)
+        entry["trials"] = base + n
+        models[key] = copy.deepcopy(entry)
+        _write_atomic(path, {**manifest, "models": models})
+    return entry["trials"]
+
+
+def kernel_table(database: LogDatabase, tasks, workloads) -> dict:
+    """``{kernel name: {"workload": key, "calls": n}}`` for a model's manifest entry.
+
+    What ``logs show`` and ``logs prune`` use to tell which workloads serve which models.
+    """
+    return {t.task_name: {"workload": database.workload_key(wl), "calls": int(t.weight)}
+            for t, wl in zip(tasks, workloads)}
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of a target directory's manifest and deployable database files."""
+    digest = hashlib.sha256()
+    for name in ("manifest.json", WORKLOAD_FILE, RECORD_FILE):
+        f = path / name
+        digest.update(name.encode() + b"\0")
+        digest.update(f.read_bytes() if f.exists() else b"<absent>")
+    return digest.hexdigest()
+
+
 def append_jsonl(path: Path, row: dict) -> None:
-    """Append one JSON line, flushed to disk."""
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one JSON line in one write, fsynced, under the directory lock."""
+    from .logdb import append_line
+    with DirLock(path.parent, exclusive=True):
+        append_line(path, json.dumps(row))
