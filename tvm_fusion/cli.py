@@ -32,12 +32,32 @@ def _load_model(spec: str, shapes: list[str] | None):
     return import_model(spec, given or None)
 
 
+def _model_from_args(args):
+    """The model of ``args`` (MODEL, --shape), converted to --precision."""
+    model = _load_model(args.model, args.shape)
+    precision = getattr(args, "precision", "fp32")
+    if precision == "fp32":
+        return model
+    from .gpu.precision import apply_precision
+    from .targets import load_target
+
+    hw = load_target(args.target)
+    if hw.family == "cpu":
+        raise TvmFusionError(f"--precision {precision} is for GPU targets (tensor / matrix "
+                             f"cores); {hw.name!r} is a CPU. Use --precision fp32 there.")
+    return apply_precision(model, precision)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--target", "-t", default="host",
                    help="hardware target: a name from `tvm-fusion targets` (default: host, "
                         "this machine with its real CPU as LLVM mcpu)")
     p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...", help=SHAPE_HELP)
+    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                   help="fp16: Relax mixed precision before planning (fp16 matmul/conv "
+                        "operands, fp32 accumulation), so GEMMs run on tensor cores; GPU "
+                        "targets only (default fp32)")
 
 
 def cmd_targets(args) -> int:
@@ -50,7 +70,7 @@ def cmd_targets(args) -> int:
 def cmd_plan(args) -> int:
     from . import build_graph, plan_fusion
 
-    model = _load_model(args.model, args.shape)
+    model = _model_from_args(args)
     graph = build_graph(model.mod)
     plan = plan_fusion(graph, args.target, planner=args.planner)
     print(plan.summary())
@@ -73,7 +93,7 @@ def cmd_plan(args) -> int:
 def cmd_tune(args) -> int:
     from . import tune
 
-    model = _load_model(args.model, args.shape)
+    model = _model_from_args(args)
     report = tune(model, args.target, trials=args.trials, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed)
     _print_tune_report(report)
@@ -103,7 +123,7 @@ def _print_tune_report(report) -> None:
 def cmd_compile(args) -> int:
     from . import compile_model
 
-    model = _load_model(args.model, args.shape)
+    model = _model_from_args(args)
     logs = args.logs if args.logs and Path(args.logs).exists() else None
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")

@@ -123,6 +123,10 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         ``allow_other_target``) for another target.
     """
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
+        from ..gpu.rocm import require_rocm_build
+
+        require_rocm_build(hw)
     tvm_target = hw.tvm_target()
     graph = build_graph(model.mod)
     manifest = _read_logs(logs, hw, allow_other_target)
@@ -140,6 +144,13 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         funcs = _prim_funcs(mod)
         untuned = tuple(sorted(n for n, f in funcs.items()
                                if not f.attrs or not f.attrs.get("tirx.is_scheduled", False)))
+        if hw.family != "cpu":  # GPU kernels need bound threads: dlight's default rules
+            from ..gpu.cuda import default_gpu_schedule
+            from ..gpu.tir_check import check_scheduled, raise_on_violations
+
+            mod = default_gpu_schedule(mod, tvm_target)
+            raise_on_violations(check_scheduled(mod, hw))
+            funcs = _prim_funcs(mod)
         lower = tvm.transform.Sequential(_lowering_passes(tvm_target))
         try:
             ex = relax.build(lower(mod), target=tvm_target, relax_pipeline=None)

@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tvm
@@ -54,6 +54,10 @@ class KernelResources:
     threads_per_block : int
         ``__launch_bounds__`` of the entry in TVM's source (the block size it was
         scheduled for); 0 when the source has none.
+    dynamic_shared_bytes : int
+        Shared memory sized at launch (``extern __shared__``; TVM's tensor-core
+        schedules stage through it). ptxas cannot see it: it comes from the lowered
+        TIR (:func:`tvm_fusion.gpu.tir_check.device_kernels`).
     """
 
     entry: str
@@ -64,6 +68,12 @@ class KernelResources:
     spill_loads: int
     stack_bytes: int
     threads_per_block: int
+    dynamic_shared_bytes: int = 0
+
+    @property
+    def total_shared_bytes(self) -> int:
+        """Static plus dynamic shared memory per block."""
+        return self.shared_bytes + self.dynamic_shared_bytes
 
     @property
     def registers_per_block(self) -> int:
@@ -89,8 +99,8 @@ class CudaKernel:
 
     @property
     def shared_bytes(self) -> int:
-        """The most static shared memory per block over the group's entries."""
-        return max((e.shared_bytes for e in self.entries), default=0)
+        """The most shared memory (static + dynamic) per block over the group's entries."""
+        return max((e.total_shared_bytes for e in self.entries), default=0)
 
 
 # ---- nvcc -------------------------------------------------------------------------
@@ -221,7 +231,8 @@ def sass(cubin: bytes) -> str:
     Raises
     ------
     GpuToolchainError
-        cuobjdump is not there (``pip install nvidia-cuda-cuobjdump`` provides it).
+        cuobjdump is not there (``pip install nvidia-cuda-cuobjdump
+        nvidia-cuda-nvdisasm`` provides both it and the nvdisasm it runs).
     """
     tool = find_cuobjdump()
     if tool is None:
@@ -230,8 +241,10 @@ def sass(cubin: bytes) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
+        env = dict(os.environ)  # cuobjdump runs nvdisasm, which sits beside it in the wheel
+        env["PATH"] = f"{Path(tool).parent}{os.pathsep}{env.get('PATH', '')}"
         res = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True,
-                             check=False)
+                             check=False, env=env)
     if res.returncode != 0:
         raise GpuToolchainError(f"cuobjdump -sass failed: {res.stderr.strip()[-400:]}")
     return res.stdout
@@ -243,6 +256,10 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
     """Apply dlight's default GPU rules to every unscheduled PrimFunc of ``mod``."""
     from tvm.s_tir import dlight as dl
 
+    if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
+        from ..tune.fast_import import import_tensor_intrinsics
+
+        import_tensor_intrinsics()
     with target:
         return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                        dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
@@ -322,6 +339,7 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
     from ..plan import apply_plan, make_plan
     from ..targets import HardwareTarget, load_target
     from .limits import GpuLimits, check_kernel
+    from .tir_check import device_kernels
 
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     if hw.family != "cuda":
@@ -340,6 +358,8 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
         name = gv.name_hint
         src = cuda_source(func, tvm_target, name)
         entries, _ = nvcc_compile(src, arch, workdir=workdir, name=name)
+        dyn = {k.name: k.dynamic_shared_bytes for k in device_kernels(func, tvm_target, name)}
+        entries = tuple(replace(e, dynamic_shared_bytes=dyn.get(e.entry, 0)) for e in entries)
         bad = tuple(v for e in entries for v in check_kernel(e, limits)) if check else ()
         out.append(CudaKernel(name=name, schedule=origin.get(name, "dlight"), source=src,
                               entries=entries, violations=bad))

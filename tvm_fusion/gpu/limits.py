@@ -36,8 +36,11 @@ class GpuLimits:
         The SM's register file (TVM's ``registers_per_block``, else the hw file's
         ``registers_per_unit``).
     shared_bytes_per_block : int
-        Static shared memory one TVM kernel may use (48 KB on A100/H100: TVM does not
-        opt kernels into the larger dynamic carve-out).
+        Static shared memory per block (``__shared__`` arrays: 48 KB on every NVIDIA
+        GPU; the target's ``max_shared_memory_per_block``).
+    max_shared_bytes_per_block : int
+        Static plus dynamic shared memory per block, with the opt-in TVM's CUDA runtime
+        makes for dynamic shared memory above 48 KB (A100 163 KB, H100 227 KB).
     threads_per_block : int
     """
 
@@ -45,6 +48,7 @@ class GpuLimits:
     registers_per_thread: int
     registers_per_block: int
     shared_bytes_per_block: int
+    max_shared_bytes_per_block: int
     threads_per_block: int
 
     @classmethod
@@ -59,6 +63,7 @@ class GpuLimits:
                    registers_per_block=int(cfg.get("registers_per_block",
                                                    hw.registers_per_unit)),
                    shared_bytes_per_block=hw.usable_shared_memory_per_block,
+                   max_shared_bytes_per_block=hw.shared_memory_bytes_per_block,
                    threads_per_block=int(cfg.get("max_threads_per_block",
                                                  hw.max_threads_per_block)))
 
@@ -79,8 +84,14 @@ def check_kernel(res, limits: GpuLimits) -> list[str]:
                    f"{limits.registers_per_block} (the SM's register file); use fewer "
                    f"threads per block or a smaller per-thread tile")
     if res.shared_bytes > limits.shared_bytes_per_block:
-        bad.append(f"{where}: {res.shared_bytes} bytes of shared memory per block, limit "
-                   f"{limits.shared_bytes_per_block}; use smaller shared-memory tiles")
+        bad.append(f"{where}: {res.shared_bytes} bytes of static shared memory per block, "
+                   f"limit {limits.shared_bytes_per_block}; use smaller shared-memory tiles "
+                   f"(or dynamic shared memory)")
+    dyn = getattr(res, "dynamic_shared_bytes", 0)
+    if dyn and res.shared_bytes + dyn > limits.max_shared_bytes_per_block:
+        bad.append(f"{where}: {res.shared_bytes} static + {dyn} dynamic bytes of shared "
+                   f"memory per block, limit {limits.max_shared_bytes_per_block}; use "
+                   f"smaller shared-memory tiles or fewer pipeline stages")
     if res.threads_per_block > limits.threads_per_block:
         bad.append(f"{where}: {res.threads_per_block} threads per block, limit "
                    f"{limits.threads_per_block}")

@@ -35,7 +35,8 @@ class KernelLaunch:
 
     name: str
     threads: dict = field(default_factory=dict)  # threadIdx.x/y/z -> extent
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # static and dynamic together
+    dynamic_shared_bytes: int = 0  # the ``shared.dyn`` part, sized at launch
     vector_bits: tuple[tuple[str, int, int], ...] = ()  # (buffer, lanes, bits) per vector store
 
     @property
@@ -69,11 +70,11 @@ def _walk(stmt, visit) -> None:
 
 def _launch_of(func: tvm.tirx.PrimFunc, name: str) -> KernelLaunch:
     threads: dict = {}
-    shared = 0
+    shared = dynamic = 0
     vectors = []
 
     def visit(node):
-        nonlocal shared
+        nonlocal shared, dynamic
         if isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent":
             tag = node.node.thread_tag
             if tag.startswith("threadIdx"):
@@ -85,7 +86,9 @@ def _launch_of(func: tvm.tirx.PrimFunc, name: str) -> KernelLaunch:
                 for d in buf.shape:
                     elems *= int(d)
                 dt = tvm.DataType(buf.dtype)
-                shared += elems * dt.bits * dt.lanes // 8
+                nbytes = elems * dt.bits * dt.lanes // 8
+                shared += nbytes
+                dynamic += nbytes if buf.scope() == "shared.dyn" else 0
         elif isinstance(node, tvm.tirx.BufferStore):
             dt = tvm.DataType(str(node.value.ty))
             if dt.lanes > 1:
@@ -97,7 +100,7 @@ def _launch_of(func: tvm.tirx.PrimFunc, name: str) -> KernelLaunch:
 
     _walk(func.body, visit)
     return KernelLaunch(name=name, threads=threads, shared_bytes=shared,
-                        vector_bits=tuple(vectors))
+                        dynamic_shared_bytes=dynamic, vector_bits=tuple(vectors))
 
 
 def device_kernels(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
@@ -137,7 +140,11 @@ def check_launch(k: KernelLaunch, hw, *, shared_limit: int | None = None) -> lis
     hw : HardwareTarget
         A GPU target (``mi250x``, ``a100``...).
     shared_limit : int, optional
-        Override of the per-block shared memory / LDS limit (default: the target's).
+        Override of the per-block shared memory / LDS limit, static and dynamic alike.
+        Default: the target's static limit (``usable_shared_memory_per_block``: 48 KB
+        on NVIDIA, 64 KB LDS on MI250X) for static arrays, and the hardware's per-block
+        maximum (``shared_memory_bytes_per_block``, reached through the dynamic opt-in
+        TVM's CUDA runtime makes) for static plus dynamic.
     """
     label = "LDS" if hw.family == "rocm" else "shared memory"
     wave = "wavefront" if hw.family == "rocm" else "warp"
@@ -152,9 +159,15 @@ def check_launch(k: KernelLaunch, hw, *, shared_limit: int | None = None) -> lis
         bad.append(f"{where}: {n} threads per block ({shape}) is not a multiple of the "
                    f"{hw.warp_size}-wide {wave}: {hw.warp_size - n % hw.warp_size} lanes of "
                    f"a {wave} idle; bind a multiple of {hw.warp_size} threads")
-    if k.shared_bytes > limit:
-        bad.append(f"{where}: {k.shared_bytes} bytes of {label} per block, limit {limit} "
+    static = k.shared_bytes - k.dynamic_shared_bytes
+    if static > limit:
+        bad.append(f"{where}: {static} bytes of static {label} per block, limit {limit} "
                    f"({limit // 1024} KB); use smaller staged tiles")
+    dyn_limit = max(limit, hw.shared_memory_bytes_per_block) if shared_limit is None else limit
+    if k.dynamic_shared_bytes and k.shared_bytes > dyn_limit:
+        bad.append(f"{where}: {k.shared_bytes} bytes of {label} per block with "
+                   f"{k.dynamic_shared_bytes} dynamic, limit {dyn_limit} "
+                   f"({dyn_limit // 1024} KB); use smaller staged tiles or fewer stages")
     for buf, lanes, bits in k.vector_bits:
         if lanes not in _VECTOR_LANES or bits > hw.vector_width_bits:
             bad.append(f"{where}: a {lanes}-lane, {bits}-bit vector store to {buf}; the "

@@ -146,9 +146,15 @@ def _elementwise(model, nid, members, terms):
 
 @cost_rule("contraction")
 def _contraction(model, nid, members, terms):
-    """FLOPs on the matrix units where the dtype has one; one tile per 64x64 outputs."""
+    """FLOPs on the matrix units where the operands' dtype has one (fp16 operands with an
+    fp32 accumulator, as mixed precision emits, run on the fp16 tensor-core peak); one
+    tile per 64x64 outputs."""
     info = model.infos[nid]
-    _add_op(model, nid, terms, matrix=True, tiles=math.ceil(info.out_elems / GEMM_TILE))
+    node = model.graph.nodes[nid]
+    dtype = model.operand_dtype(nid)
+    terms.flops += node.flops
+    terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True)
+    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
 
 
 @cost_rule("reduction")
@@ -191,6 +197,22 @@ class AnalyticalCostModel:
         node = self.graph.nodes[nid]
         made = sum(self.graph.nodes[p].bytes_written for p in node.inputs)
         return max(node.bytes_read - made, 0)
+
+    def operand_dtype(self, nid: int) -> str:
+        """dtype of ``nid``'s first input buffer (a contraction's operands), else its output's."""
+        node = self.graph.nodes[nid]
+        try:
+            params = self.graph.mod[node.op].params
+        except (KeyError, ValueError, AttributeError):  # not a PrimFunc of the module
+            return node.dtype
+        return str(params[0].dtype) if len(params) > 1 else node.dtype
+
+    def gpu_resources(self, nodes: Iterable[int]) -> "GpuResources":
+        """Predicted registers, shared memory and threads of the group's GPU kernel(s).
+
+        See :func:`gpu_resources` (the schedule it assumes and how far to trust it).
+        """
+        return gpu_resources(self, nodes)
 
     def external_in(self, nid: int, members) -> int:
         """Bytes ``nid`` reads from outside ``members``."""
@@ -242,6 +264,146 @@ class AnalyticalCostModel:
             total_us=max(compute_us, memory_us) / frac + hw.launch_overhead_us)
         self._cache[members] = cost
         return cost
+
+
+# ---- GPU kernel resources ---------------------------------------------------------
+# The default GPU schedule of an untuned kernel is dlight's (tvm.s_tir.dlight.gpu: Matmul,
+# GEMV, Reduction, GeneralReduction, Fallback); these constants mirror its CUDA configs.
+DLIGHT_GEMM_BLOCK = (16, 8)      # threads (y, x) of dlight's Matmul rule on cuda/rocm
+DLIGHT_GEMM_MICRO = (4, 4, 16)   # per-thread micro tile (y, x) and the k step
+DLIGHT_GEMM_PAD = 2              # storage_align offset (the vector size) on each row
+DLIGHT_REDUCE_THREADS = 256      # dlight's Reduction/GEMV block size on cuda
+WMMA_MIN_EXTENT = 64             # dlight tensorizes only when every extent is > 64
+WMMA_BLOCK = (16, 32)            # dlight's WMMA path: 16 warps (threadIdx.y) x 32 lanes
+WMMA_TILE = (128, 128, 64)       # block tile M, N, K: 2 x 4 wmma 16x16x16 per dim, 4 k steps
+WMMA_PAD = 8                     # storage_align offset of each staged row (fp16 elements)
+WMMA_STAGES = 2                  # its software pipeline double-buffers A and B
+# Registers per thread: calibrated on nvcc 13.0's ptxas for sm_80 and sm_90 against the
+# kernels of the embedded model and MiniLM-L3 (tests/test_gpu.py re-checks them):
+# simt GEMM 56-72 (16 accumulators, 2 x 8 operand values, addressing), WMMA GEMM 116
+# (4 accumulator fragments of 8 fp32, operand fragments), reductions 15-28, elementwise
+# Fallback 8-32, the plain-loop kernels of a split group 8-64. Registers depend on
+# ptxas, not only on the schedule: the exact-schedule classes carry a tolerance
+# (GPU_REGISTER_TOLERANCE), the Fallback ones are upper bounds.
+GEMM_REGISTERS = 64
+WMMA_REGISTERS = 112
+REDUCE_REGISTERS = 24
+FALLBACK_REGISTERS = 32          # an upper bound: plain elementwise loops use 8-32
+SPLIT_REGISTERS = 64             # an upper bound: a plain-loop GEMM stage uses up to 64
+GPU_REGISTER_TOLERANCE = 16      # |nvcc - estimate| registers, for exact-schedule classes
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuResources:
+    """Predicted resources of a group's kernel under dlight's default GPU schedule.
+
+    Attributes
+    ----------
+    schedule : str
+        ``gemm`` (dlight Matmul, SIMT), ``gemm-tensorcore`` (dlight's WMMA path: fp16
+        operands, every extent > 64, sm_70+), ``reduction`` (GEMV / Reduction /
+        GeneralReduction: one block per row), ``elementwise`` (Fallback) or ``split``:
+        dlight has no rule for the fused group (a contraction with a reduction epilogue,
+        two contractions), so Fallback emits one plain kernel per stage and the fusion the
+        planner counted on is lost unless a tuned schedule replaces it.
+    kernels : int
+        Kernels the default schedule launches (``split``: at least this many).
+    threads_per_block, registers_per_thread, shared_bytes : int
+        Per kernel. ``shared_bytes`` is exact for ``gemm``; for ``reduction`` an upper
+        bound (staging per warp, 64-byte aligned arrays).
+    """
+
+    schedule: str
+    kernels: int
+    threads_per_block: int
+    registers_per_thread: int
+    shared_bytes: int
+
+    @property
+    def registers_per_block(self) -> int:
+        """Registers one block holds."""
+        return self.registers_per_thread * self.threads_per_block
+
+
+def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuResources:
+    """Registers, shared memory and threads per block of a group on a GPU target.
+
+    The group is classified as dlight's default rules would schedule its fused PrimFunc
+    (module constants above). A contraction with out rows M = prod(shape[:-1]) > 1
+    and nothing else reducing is dlight's tiled Matmul: 128 threads, each a 4 x 4 micro
+    tile; shared memory holds a 64 x 16 tile of A and a 32 x 16 tile of B, rows padded by
+    the vector size: ``(64 + 32) * (16 + 2) * operand bytes`` (6912 B in fp32). Tensor
+    cores (fp16 operands, M, N, K > 64, cuda sm_70+): dlight's WMMA path, 512 threads,
+    a 128 x 128 block tile, k step 64, A and B staged in fp16 with 8-element row padding
+    and double-buffered: ``2 * (128 + 128) * (64 + 8) * 2`` bytes (72 KB, dynamic shared
+    memory: above the 48 KB static limit, within A100's 163 KB opt-in).
+    A GEMV (M = 1) or row reduction: 256 threads, one partial sum per thread in shared
+    memory at most (``256 * 4`` B). Elementwise: the target's max threads, no shared
+    memory. Anything else is ``split`` (see :class:`GpuResources`).
+    """
+    hw = model.hw
+    members = sorted(set(nodes))
+    roles = [model.infos[n].role for n in members]
+    # a contraction with one output row (a GEMV: M = 1) is a row reduction to dlight
+    contractions = [n for n, r in zip(members, roles)
+                    if r == "contraction" and _contraction_rows(model, n) > 1]
+    reductions = [n for n, r in zip(members, roles)
+                  if r == "reduction" or (r == "contraction" and n not in contractions)]
+    max_threads = int(hw.tvm_config.get("max_threads_per_block", hw.max_threads_per_block))
+    if not contractions and not reductions:
+        return GpuResources(schedule="elementwise", kernels=1, threads_per_block=max_threads,
+                            registers_per_thread=FALLBACK_REGISTERS, shared_bytes=0)
+    if contractions and (len(contractions) > 1 or reductions):
+        passes = sum(max(model.infos[n].passes, 1) for n in reductions)
+        return GpuResources(schedule="split", kernels=len(contractions) + passes + 1,
+                            threads_per_block=max_threads,
+                            registers_per_thread=SPLIT_REGISTERS, shared_bytes=0)
+    if reductions:
+        return GpuResources(schedule="reduction", kernels=1,
+                            threads_per_block=DLIGHT_REDUCE_THREADS,
+                            registers_per_thread=REDUCE_REGISTERS,
+                            shared_bytes=DLIGHT_REDUCE_THREADS * 4)
+    nid = contractions[0]
+    node, info = model.graph.nodes[nid], model.infos[nid]
+    shape = [int(d) for d in node.shape] or [1]
+    conv = _is_conv(node)
+    n_out = shape[1] if conv else shape[-1]
+    rows = _contraction_rows(model, nid)
+    dtype = model.operand_dtype(nid)
+    arch = str(hw.tvm_config.get("arch", ""))
+    sm = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
+    i_ext = rows if conv or len(shape) < 2 else shape[-2]
+    if (dtype == "float16" and sm >= 70
+            and min(i_ext, n_out, info.reduce_len) > WMMA_MIN_EXTENT):
+        (ty, tx), (bm, bn, bk), pad, stages = WMMA_BLOCK, WMMA_TILE, WMMA_PAD, WMMA_STAGES
+        return GpuResources(schedule="gemm-tensorcore", kernels=1, threads_per_block=ty * tx,
+                            registers_per_thread=WMMA_REGISTERS,
+                            shared_bytes=stages * (bm + bn) * (bk + pad) * 2)
+    by, bx = DLIGHT_GEMM_BLOCK
+    my, mx, mk = DLIGHT_GEMM_MICRO
+    nbytes = max(tvm_bits(dtype) // 8, 1)
+    return GpuResources(schedule="gemm", kernels=1, threads_per_block=by * bx,
+                        registers_per_thread=GEMM_REGISTERS,
+                        shared_bytes=(by * my + bx * mx) * (mk + DLIGHT_GEMM_PAD) * nbytes)
+
+
+def _is_conv(node) -> bool:
+    return node.op.startswith("conv") and len(node.shape) >= 3
+
+
+def _contraction_rows(model, nid: int) -> int:
+    """Output rows of a contraction as dlight normalizes it to C[batch, I, J]: J is a
+    conv's output channels (NCHW) or a matmul's last dim, the rows are the rest."""
+    node = model.graph.nodes[nid]
+    shape = [int(d) for d in node.shape] or [1]
+    n_out = shape[1] if _is_conv(node) else shape[-1]
+    return model.infos[nid].out_elems // max(n_out, 1)
+
+
+def tvm_bits(dtype: str) -> int:
+    """Bits of one element of ``dtype`` (``float16`` -> 16)."""
+    digits = "".join(c for c in dtype if c.isdigit())
+    return int(digits) if digits else 32
 
 
 def group_traffic(graph: OpGraph, nodes: Iterable[int]) -> tuple[float, int]:
