@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -28,9 +30,13 @@ from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
+from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
+from .measure import NEAR_TIE, make_runner, median_us, remeasure
 from .progress import Progress
 from .schedulable import make_schedulable
-from .verify import KernelVerifier
+from .scheduler import BudgetedRoundRobin
+from .space import SearchSpace, load_search_space, space_for_target, space_generator
+from .verify import KernelVerifier, run_kernel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +79,7 @@ def _mean_us(run_secs) -> float:
 def _latency_us(result) -> float | None:
     if result.error_msg is not None or not result.run_secs:
         return None
-    return _mean_us(result.run_secs)
+    return median_us(result.run_secs)  # the runner gives several repeats
 
 
 @derived_object
@@ -85,7 +91,8 @@ class _VerifyAndCommit(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
-        self.state.on_batch(task_scheduler, task_id, measure_candidates, runner_results)
+        self.state.on_batch(task_scheduler, task_id, measure_candidates, runner_results,
+                            builder_results)
 
 
 class _TuneState:
@@ -97,34 +104,103 @@ class _TuneState:
         self.best = []
         for wl in self.workloads:
             top = accepted.get_top_k(wl, 1)
-            self.best.append(_mean_us(top[0].run_secs) if top else None)
+            self.best.append(median_us(top[0].run_secs) if top else None)
         self.trials = [0] * len(tasks)
         self.rejected = 0
         self.stop = False
         self.index = list(range(len(tasks)))  # scheduler task id -> our task id
+        # budget of the round in flight, and each task's best measured latency per trial
+        self.allot: dict[int, int] = {}
+        self.round_trials: dict[int, int] = {}
+        self.history: list[list[float]] = [[] for _ in tasks]
+        self.stalled: set[int] = set()
+        # near-tie re-measurement: the runner, and a copy of each best's built module
+        self.runner = None
+        self.device_type = str(target.kind.name)
+        self.keep_dir: Path | None = None
+        self.incumbents: dict[int, tuple[str, list]] = {}
+        self.retimed = 0
+        self._args: dict[int, list] = {}
+
+    def latency_us(self, i: int) -> float | None:
+        """Best verified latency, else the default schedule's (timed once, cached)."""
+        if self.best[i] is not None:
+            return self.best[i]
+        ref = self.verifier._ref  # shared with verification, which needs it anyway
+        if i not in ref:
+            try:
+                ref[i] = run_kernel(self.tasks[i].dispatched[0], self.target)
+            except Exception:  # an unbuildable default: no estimate, the mean share
+                return None
+        return ref[i][1]
+
+    def done(self, local_id: int) -> bool:
+        """Whether the scheduler should end a task: allotment used, stalled, or Ctrl-C."""
+        i = self.index[local_id]
+        return (self.stop or i in self.stalled
+                or self.round_trials.get(i, 0) >= self.allot.get(i, 0))
+
+    def _keep_incumbent(self, i: int, build) -> None:
+        if self.keep_dir is None or build is None or build.error_msg is not None:
+            return
+        dst = self.keep_dir / f"task{i}_{Path(build.artifact_path).name}"
+        shutil.copyfile(build.artifact_path, dst)
+        self.incumbents[i] = (str(dst), self._args[i])
+
+    def _settle_tie(self, i: int, build, secs: list[float], best: float
+                    ) -> tuple[list[float], bool]:
+        """Time a near-tie again, interleaved with the incumbent: (repeats, it wins)."""
+        if self.runner is None or build is None or build.error_msg is not None:
+            return secs, True  # nothing to run again: the first measurement stands
+        items = [(build.artifact_path, self._args[i])]
+        if i in self.incumbents:
+            items.append(self.incumbents[i])
+        again = remeasure(self.runner, self.device_type, items)
+        self.retimed += 1
+        if not again[0]:
+            return secs, False
+        if len(again) > 1 and again[1]:
+            return secs + again[0], median_us(again[0]) < median_us(again[1])
+        return secs + again[0], median_us(secs + again[0]) < best
 
     def est_ms(self) -> float | None:
         known = [(b, t.weight) for b, t in zip(self.best, self.tasks) if b is not None]
         return sum(b * w for b, w in known) / 1e3 if known else None
 
-    def on_batch(self, scheduler, task_id, candidates, results) -> None:
+    def on_batch(self, scheduler, task_id, candidates, results, builds=None) -> None:
         if not candidates:  # a task whose search space is exhausted
             return
         task_id = self.index[task_id]  # this round may tune a subset of the tasks
         self.trials[task_id] += len(candidates)
-        scored = [(lat, c) for c, r in zip(candidates, results)
+        self.round_trials[task_id] = self.round_trials.get(task_id, 0) + len(candidates)
+        hist = self.history[task_id]
+        for r in results:
+            lat = _latency_us(r)
+            hist.append(min(hist[-1] if hist else math.inf,
+                            math.inf if lat is None else lat))
+        if stalled(hist):
+            self.stalled.add(task_id)  # the scheduler ends it; its leftover is re-spread
+        builds = list(builds) if builds is not None else [None] * len(candidates)
+        scored = [(lat, c, r, b) for c, r, b in zip(candidates, results, builds)
                   if (lat := _latency_us(r)) is not None]
-        for lat, cand in sorted(scored, key=lambda x: x[0]):
+        for lat, cand, res, build in sorted(scored, key=lambda x: x[0]):
             best = self.best[task_id]
             if best is not None and lat >= best:
                 break
+            secs = [float(s) for s in res.run_secs]
+            self._args[task_id] = cand.args_info
+            if best is not None and lat > best * (1 - NEAR_TIE):
+                secs, wins = self._settle_tie(task_id, build, secs, best)
+                if not wins:  # noise, not a better schedule; the rest measured slower
+                    break
             task = self.tasks[task_id]
             verdict = self.verifier.check(task_id, task.dispatched[0], cand.sch.mod)
             if verdict.accepted:
                 self.accepted.commit_tuning_record(ms.database.TuningRecord(
                     trace=cand.sch.trace, workload=self.workloads[task_id],
-                    run_secs=[lat / 1e6], target=self.target, args_info=cand.args_info))
-                self.best[task_id] = lat
+                    run_secs=secs, target=self.target, args_info=cand.args_info))
+                self.best[task_id] = median_us(secs)
+                self._keep_incumbent(task_id, build)
                 break
             if verdict.error is None:
                 # Correct but no faster than the default loops: keep the default. The
@@ -140,15 +216,14 @@ class _TuneState:
         if self.stop:
             note += " stopping after this batch"
         self.progress.update(self.entry["trials"], self.est_ms(), note=note.strip())
-        if self.stop:
-            for i in range(len(self.index)):
-                scheduler.terminate_task(i)
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
          logs: str | Path, plan: FusionPlan | None = None, planner: str = "cost",
          progress: bool = True,
-         seed: int = 0, trials_per_batch: int = 16) -> TuneReport:
+         seed: int = 0, trials_per_batch: int = 16,
+         search_space: str | Path | SearchSpace | None = None,
+         rpc_tracker: str | None = None, rpc_key: str | None = None) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -173,7 +248,16 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     seed : int
         Seed of the search.
     trials_per_batch : int
-        Candidates measured per task per round.
+        Most candidates measured per task per batch.
+    search_space : str, path or SearchSpace, optional
+        Schedule space: a family name from ``search_spaces/`` (``cpu``, ``cuda``,
+        ``rocm``), a JSON file, or a loaded :class:`~tvm_fusion.tune.space.SearchSpace`.
+        Default: the family's shipped file for LLVM targets, MetaSchedule's built-in
+        space for GPUs (whose Tensor Core rules the files do not declare yet).
+    rpc_tracker, rpc_key : str, optional
+        Measure candidates on the devices registered under ``rpc_key`` at the TVM RPC
+        tracker ``HOST:PORT`` instead of on this machine. Verification of a new best
+        still runs here, on the host.
 
     Returns
     -------
@@ -182,6 +266,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     t0 = time.monotonic()
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     tvm_target = hw.tvm_target()
+    space = _resolve_space(search_space, tvm_target)
+    runner = make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)  # fails before tuning
     graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
     manifest = read_manifest(tdir, expect=hw)  # refuses another TVM version or target
@@ -206,7 +292,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     interrupted = False
     if remaining > 0 and tasks:
         interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
-                                  trials_per_batch)
+                                  trials_per_batch, space=space, runner=runner)
     bar.close()
     results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b)
                     for t, n, b in zip(tasks, state.trials, state.best))
@@ -216,19 +302,51 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                       elapsed_s=time.monotonic() - t0)
 
 
-def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> bool:
+def _resolve_space(search_space, tvm_target) -> SearchSpace | None:
+    """The space to tune in; None means MetaSchedule's built-in one."""
+    if isinstance(search_space, SearchSpace):
+        return search_space
+    if search_space is not None:
+        return load_search_space(search_space)
+    return space_for_target(tvm_target) if str(tvm_target.kind.name) == "llvm" else None
+
+
+def _allot(state, todo, remaining, per_batch) -> tuple[dict[int, int], int]:
+    """This round's trials per task (by share of model latency) and the batch size."""
+    shares = latency_shares([state.tasks[i].weight for i in todo],
+                            [state.latency_us(i) for i in todo])
+    # allotments in whole batches, so the round-robin never overshoots a task's share
+    batch = max(1, min(per_batch, FLOOR_TRIALS, remaining // len(todo)))
+    units = split_budget(remaining // batch, shares, floor=max(1, FLOOR_TRIALS // batch))
+    allot = {i: u * batch for i, u in zip(todo, units)}
+    top = todo[max(range(len(todo)), key=lambda k: shares[k])]
+    allot[top] += remaining - sum(allot.values())
+    return allot, batch
+
+
+def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
+                space=None, runner=None) -> bool:
     """Run MetaSchedule over ``tasks`` for ``remaining`` trials; True if interrupted.
 
-    The budget is split evenly over the tasks (MetaSchedule's default would spend it 64
-    at a time on the first few tasks). A task whose search space runs dry returns its
-    share, which the next round spreads over the tasks that used all of theirs.
+    Each round splits the trials left over the open tasks by their share of model
+    latency (calls x best verified latency, or the default schedule's before a task has
+    one), at least ``FLOOR_TRIALS`` each (MetaSchedule's default would spend the budget
+    64 at a time on the first few tasks). A task ends at its allotment, or early when its
+    last trials stopped improving it (``budget.stalled``), or when its search space runs
+    dry; the trials it did not use go to the next round, spread over the tasks that used
+    all of theirs.
     """
     import_tensor_intrinsics()  # before TuneContext does it the slow way
     (tdir / "candidates").mkdir(parents=True, exist_ok=True)
     candidates_db = open_database(tdir / "candidates", create=True)  # crash/share-safe
-    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-        number=5, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False))
-    callbacks = ms.MeasureCallback.create("default") + [_VerifyAndCommit(state)]
+    runner = runner if runner is not None else make_runner()
+    state.runner = runner
+    default = ms.MeasureCallback.create("default")
+    # ours right after AddToDatabase, before RemoveBuildArtifact deletes the builds that
+    # a near-tie is re-measured from
+    callbacks = [default[0], _VerifyAndCommit(state), *default[1:]]
+    space_gen = (space_generator(space, tvm_target) if space is not None
+                 else "post-order-apply")
 
     def on_sigint(signum, frame):
         if state.stop:  # second Ctrl-C: stop now
@@ -240,11 +358,14 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> b
     main_thread = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     todo = list(range(len(tasks)))
+    keep = tempfile.TemporaryDirectory(prefix="tvm-fusion-best-")
+    state.keep_dir = Path(keep.name)
     try:
         for round_ in range(3):
             if remaining <= 0 or not todo or state.stop:
                 break
-            per_task = max(1, math.ceil(remaining / len(todo)))
+            allot, batch = _allot(state, todo, remaining, per_batch)
+            todo = [i for i in todo if allot[i] > 0]
             # MetaSchedule's console log repeats its task table after every batch; keep
             # it in the files under candidates/logs and show our progress bar instead.
             # (Its logger set-up resets the level on every call, so set it every round.)
@@ -252,23 +373,26 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch) -> b
             strategy = ms.search_strategy.EvolutionarySearch(
                 population_size=64, init_min_unmeasured=16, genetic_num_iters=1)
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [tasks[i] for i in todo], str(tdir / "candidates"), strategy=strategy,
-                num_threads="physical", seed=seed + round_)
+                [tasks[i] for i in todo], str(tdir / "candidates"), space=space_gen,
+                strategy=strategy, num_threads="physical", seed=seed + round_)
             state.index = todo
+            state.allot, state.round_trials = allot, {}
             before = list(state.trials)
             ms.tune_tasks(
                 tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
-                max_trials_global=remaining, max_trials_per_task=per_task,
-                num_trials_per_iter=min(per_batch, per_task),
+                max_trials_global=sum(allot.values()),
+                max_trials_per_task=max(allot.values()), num_trials_per_iter=batch,
                 builder=ms.builder.LocalBuilder(timeout_sec=60, f_build=build_kernel),
                 runner=runner, database=candidates_db, measure_callbacks=callbacks,
-                task_scheduler="round-robin")
+                task_scheduler=BudgetedRoundRobin(state.done))
             ran = {i: state.trials[i] - before[i] for i in todo}
             remaining -= sum(ran.values())
             if not any(ran.values()):
                 break
-            todo = [i for i in todo if ran[i] >= per_task]
+            # tasks that ran dry or stalled are done; the rest may use the leftover
+            todo = [i for i in todo if ran[i] >= allot[i] and i not in state.stalled]
     finally:
+        keep.cleanup()
         if main_thread:
             signal.signal(signal.SIGINT, old)
     return state.stop

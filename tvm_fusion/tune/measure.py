@@ -1,0 +1,126 @@
+"""Measurement: the local runner or TVM's RPC tracker, repeats, median and spread, re-measuring.
+
+Every candidate is timed ``REPEAT`` times (each repeat at least ``MIN_REPEAT_MS``); its
+record's ``run_secs`` keeps all repeats, so a reader gets the median and the spread.
+Near-ties with a task's best are measured again, interleaved with the incumbent, before
+the candidate may replace it (:func:`remeasure`).
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+from typing import Sequence
+
+from tvm.s_tir import meta_schedule as ms
+
+from ..errors import TvmFusionError
+
+REPEAT = 5
+MIN_REPEAT_MS = 10
+NEAR_TIE = 0.03  # a candidate within 3% of the best is measured again before it wins
+REMEASURE_ROUNDS = 2
+
+
+class MeasureError(TvmFusionError):
+    """The measurement back end (local or RPC tracker) cannot be used as asked."""
+
+
+def evaluator_config() -> ms.runner.EvaluatorConfig:
+    """Several repeats per candidate, so each measurement has a median and a spread."""
+    return ms.runner.EvaluatorConfig(number=1, repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS,
+                                     enable_cpu_cache_flush=False)
+
+
+def median_us(run_secs: Sequence) -> float:
+    """Median of a record's repeats, in microseconds."""
+    return statistics.median(float(s) for s in run_secs) * 1e6
+
+
+def spread_pct(run_secs: Sequence) -> float:
+    """(max - min) / median of the repeats, in percent; 0 for a single repeat."""
+    secs = [float(s) for s in run_secs]
+    med = statistics.median(secs)
+    return (max(secs) - min(secs)) / med * 100 if med > 0 else 0.0
+
+
+def parse_tracker(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port), with a clear error for anything else."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MeasureError(f"--rpc-tracker must be HOST:PORT (e.g. 127.0.0.1:9190); got {text!r}")
+    return host, int(port)
+
+
+def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) -> int:
+    """How many RPC servers of ``key`` are free at the tracker; errors when none can be used.
+
+    Raises
+    ------
+    MeasureError
+        The tracker does not answer, or no server of ``key`` is registered or free.
+    """
+    from tvm import rpc
+
+    where = f"{host}:{port}"
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise MeasureError(
+            f"cannot reach the RPC tracker at {where} ({e}). Start one with `python -m "
+            f"tvm.exec.rpc_tracker --host {host} --port {port}`, or fix --rpc-tracker") from e
+    try:
+        session = rpc.connect_tracker(host, port)
+        session._sock.settimeout(timeout_s)  # a port that is no tracker must not hang us
+        summary = session.summary()
+        session.close()
+    except Exception as e:  # TVM's RPC raises plain errors; anything here means no tracker
+        raise MeasureError(f"{where} does not answer as a TVM RPC tracker: {e}") from e
+    keys = sorted({s["key"].split(":", 1)[-1] for s in summary.get("server_info", [])})
+    registered = sum(1 for s in summary.get("server_info", [])
+                     if s["key"].split(":", 1)[-1] == key)
+    queue = summary.get("queue_info", {}).get(key, {})
+    free = int(queue.get("free", 0))
+    if registered == 0 and free == 0:
+        raise MeasureError(
+            f"no RPC server with key {key!r} is registered at the tracker {where} (keys "
+            f"there: {keys or 'none'}). Start one on the device with `python -m "
+            f"tvm.exec.rpc_server --tracker {where} --key {key}`, or fix --rpc-key")
+    if free == 0:
+        raise MeasureError(
+            f"all {registered} RPC server(s) with key {key!r} at {where} are busy "
+            f"({queue.get('pending', 0)} requests waiting); wait for them or add servers")
+    return free
+
+
+def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,
+                session_timeout_s: int = 60) -> ms.runner.Runner:
+    """The local runner, or an RPC runner through ``rpc_tracker`` for devices of ``rpc_key``."""
+    if (rpc_tracker is None) != (rpc_key is None):
+        raise MeasureError("--rpc-tracker and --rpc-key go together: give both to measure on "
+                           "remote devices, or neither to measure on this machine")
+    if rpc_tracker is None:
+        return ms.runner.LocalRunner(evaluator_config=evaluator_config())
+    host, port = parse_tracker(rpc_tracker)
+    free = check_tracker(host, port, rpc_key)
+    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
+                                 session_priority=1, session_timeout_sec=session_timeout_s)
+    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator_config(),
+                               max_workers=free)
+
+
+def remeasure(runner: ms.runner.Runner, device_type: str, items: Sequence[tuple[str, list]],
+              rounds: int = REMEASURE_ROUNDS) -> list[list[float]]:
+    """Time each built artifact ``rounds`` more times, interleaved, through ``runner``.
+
+    ``items`` are ``(artifact_path, args_info)``; returns the repeats (seconds) of each,
+    empty for one that failed.
+    """
+    inputs = [ms.runner.RunnerInput(path, device_type, args)
+              for _ in range(rounds) for path, args in items]
+    out: list[list[float]] = [[] for _ in items]
+    for k, fut in enumerate(runner.run(inputs)):
+        res = fut.result()
+        if res.error_msg is None and res.run_secs:
+            out[k % len(items)] += [float(s) for s in res.run_secs]
+    return out
