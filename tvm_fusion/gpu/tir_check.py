@@ -10,7 +10,7 @@ can be checked is the lowered TIR, kernel by kernel, before anything would be bu
 - shared memory / LDS allocated per kernel (``shared`` and ``shared.dyn`` scopes)
   within the target's per-block limit (64 KB on MI250X);
 - every vector access (a buffer store of a vector dtype) at most the target's vector
-  width (128 bits: ``global_load_dwordx4`` / ``ds_read_b128``) with 1, 2, 4, 8 or 16
+  width (128 bits: ``global_load_dwordx4`` / ``ds_read_b128``) with 1, 2, 3, 4, 8 or 16
   lanes.
 
 The same walker works for CUDA targets (32-thread warps, 48 KB static shared memory).
@@ -25,7 +25,7 @@ import tvm
 from ..errors import TvmFusionError
 from .limits import ResourceLimitError
 
-_VECTOR_LANES = (1, 2, 4, 8, 16)
+_VECTOR_LANES = (1, 2, 3, 4, 8, 16)  # 3: dwordx3 / float3 accesses exist on both
 _SHARED_SCOPES = ("shared", "shared.dyn")
 
 
