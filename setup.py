@@ -21,6 +21,8 @@ setup(
         "cloudpickle",
     ],
     # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
-    extras_require={"test": ["pytest>=7", "matplotlib>=3.7"]},
+    # cuobjdump + nvdisasm: tests/test_gpu.py reads the SASS of nvcc-built kernels (HMMA).
+    extras_require={"test": ["pytest>=7", "matplotlib>=3.7", "nvidia-cuda-cuobjdump",
+                             "nvidia-cuda-nvdisasm"]},
     entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
 )

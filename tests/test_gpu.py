@@ -1,0 +1,265 @@
+"""GPU targets without a GPU: CUDA kernels compiled by nvcc and resource-checked, the
+planner's register / shared-memory estimates against ptxas, tensor cores in the SASS,
+MI250X schedules checked in TIR, and `compile --target mi250x` without ROCm."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fusion as tf
+from tvm_fusion.embedded import build_embedded_model
+from tvm_fusion.gpu import (GpuLimits, build_cuda_kernels, check_kernel, check_schedule,
+                            find_nvcc, nvcc_compile, resource_check_postproc, sass)
+from tvm_fusion.gpu.cuda import find_cuobjdump
+from tvm_fusion.gpu.precision import apply_precision
+from tvm_fusion.gpu.rocm import rocm_support
+from tvm_fusion.gpu.tir_check import check_launch, device_kernels, schedule_and_check
+from tvm_fusion.plan import AnalyticalCostModel, make_plan
+from tvm_fusion.plan.cost import GPU_REGISTER_TOLERANCE
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return tf.import_model(build_embedded_model(), name="embedded")
+
+
+def _estimates(model, hw):
+    graph = tf.build_graph(model.mod)
+    plan = make_plan(graph, hw)
+    cm = AnalyticalCostModel(graph, hw)
+    return plan, {g.name: cm.gpu_resources(g.nodes) for g in plan.groups}
+
+
+def assert_near_estimate(kernel, est):
+    """nvcc's numbers against the planner's, with the tolerance each class states."""
+    regs = [e.registers for e in kernel.entries]
+    shared = [e.total_shared_bytes for e in kernel.entries]
+    threads = [e.threads_per_block for e in kernel.entries]
+    what = f"{kernel.name}: estimate {est}, nvcc regs {regs} shared {shared} threads {threads}"
+    if est.schedule in ("gemm", "gemm-tensorcore", "reduction", "elementwise"):
+        assert len(kernel.entries) == est.kernels == 1, what
+        assert threads == [est.threads_per_block], what
+    if est.schedule in ("gemm", "gemm-tensorcore"):  # the tile arithmetic is exact
+        assert shared == [est.shared_bytes], what
+        assert abs(regs[0] - est.registers_per_thread) <= GPU_REGISTER_TOLERANCE, what
+    elif est.schedule == "reduction":  # per-warp staging: an upper bound
+        assert 0 < shared[0] <= est.shared_bytes, what
+        assert abs(regs[0] - est.registers_per_thread) <= GPU_REGISTER_TOLERANCE, what
+    else:  # elementwise / split: plain loops, register estimate is an upper bound
+        assert len(kernel.entries) == est.kernels, what
+        assert max(regs) <= est.registers_per_thread and max(shared) == 0, what
+
+
+@needs_nvcc
+def test_nvcc_report_parsed_from_a_real_compile(tmp_path):
+    src = r"""
+extern "C" __global__ void __launch_bounds__(128) probe(float* __restrict__ a) {
+  __shared__ float buf[1024];
+  for (int i = threadIdx.x; i < 1024; i += 128) buf[i] = a[i];
+  __syncthreads();
+  a[threadIdx.x] = buf[(threadIdx.x * 7 + 3) % 1024];
+}
+"""
+    (entry,), cubin = nvcc_compile(src, "sm_80", workdir=tmp_path, name="probe")
+    assert (entry.entry, entry.arch, entry.shared_bytes) == ("probe", "sm_80", 4096)
+    assert entry.threads_per_block == 128 and 1 <= entry.registers <= 32
+    assert entry.spill_stores == entry.spill_loads == 0 and cubin[:4] == b"\x7fELF"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target,arch", [("a100", "sm_80"), ("h100", "sm_90")])
+def test_embedded_kernels_compile_within_limits_and_near_planner(embedded, target, arch):
+    hw = tf.load_target(target)
+    plan, est = _estimates(embedded, hw)
+    kernels = build_cuda_kernels(embedded, hw, plan=plan)
+    assert {k.name for k in kernels} == {g.name for g in plan.groups}
+    limits = GpuLimits.from_target(hw)
+    for k in kernels:
+        assert k.entries and all(e.arch == arch for e in k.entries), k.name
+        assert not k.violations, k.violations
+        for e in k.entries:
+            assert e.registers <= limits.registers_per_thread
+            assert e.registers_per_block <= limits.registers_per_block
+            assert e.shared_bytes <= limits.shared_bytes_per_block
+            assert e.spill_stores == e.spill_loads == 0, e
+        assert_near_estimate(k, est[k.name])
+    # the conv group is dlight's tiled Matmul: the tile arithmetic gives 6912 B exactly
+    conv = next(k for k in kernels if k.name.startswith("fused_conv2d_"))
+    assert est[conv.name].schedule == "gemm" and conv.shared_bytes == 6912
+
+
+def _gemm_model(m=128, k=256, n=256):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype("float32"), "w"),
+             numpy_helper.from_array(rng.standard_normal(n).astype("float32"), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["y"]),
+             helper.make_node("Relu", ["y"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, m, n])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return tf.import_model(model, name="gemm")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target,arch", [("a100", "sm_80"), ("h100", "sm_90")])
+def test_fp16_gemm_runs_on_tensor_cores(tmp_path, target, arch):
+    hw = tf.load_target(target)
+    model = apply_precision(_gemm_model(), "fp16")
+    plan, est = _estimates(model, hw)
+    kernels = build_cuda_kernels(model, hw, plan=plan, workdir=tmp_path)
+    gemm = [k for k in kernels if est[k.name].schedule == "gemm-tensorcore"]
+    assert len(gemm) == 1, {k.name: est[k.name].schedule for k in kernels}
+    (k,) = gemm
+    assert "nvcuda::wmma" in k.source and not k.violations
+    # 72 KB of dynamic shared memory: above the 48 KB static limit, within the opt-in
+    (e,) = k.entries
+    assert e.dynamic_shared_bytes == 73728 and e.shared_bytes <= 49152
+    assert_near_estimate(k, est[k.name])
+    # the planner prices the GEMM at the fp16 tensor-core peak, not the fp32 SIMT one
+    graph = tf.build_graph(model.mod)
+    cm = AnalyticalCostModel(graph, hw)
+    (mm,) = [n for n in graph.nodes if n.kind == "gemm"]
+    assert cm.operand_dtype(mm.id) == "float16"
+    assert cm.group_cost([mm.id]).compute_us == pytest.approx(
+        mm.flops / hw.peak_flops["fp16_matrix"] * 1e6)
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump "
+                    "nvidia-cuda-nvdisasm): SASS not checked")
+    text = sass((tmp_path / f"{k.name}.cubin").read_bytes())
+    assert re.search(r"\bHMMA\.16816\.F32\b", text), text[:2000]
+
+
+@needs_nvcc
+def test_over_limit_schedules_are_rejected_before_measurement(embedded):
+    hw = tf.load_target("a100")
+    graph = tf.build_graph(embedded.mod)
+    fused = tf.apply_plan(graph, make_plan(graph, hw))
+    conv = fused["fused_conv2d_subtract_divide_multiply_add1_relu"]
+    from tvm_fusion.gpu.sample import sample_schedules
+
+    (ok,) = sample_schedules(conv, hw, count=1, seed=0)
+    assert check_schedule(ok.mod["main"], hw) == []
+    # a fake tighter register budget: the same kernel is rejected, saying why
+    tight = dataclasses.replace(GpuLimits.from_target(hw), registers_per_thread=24)
+    (msg,) = check_schedule(ok.mod["main"], hw, limits=tight)
+    assert re.search(r"\d+ registers per thread, limit 24", msg) and "a100" in msg
+    # as a MetaSchedule postprocessor the check drops candidates before any builder
+    rejected: list = []
+    post = resource_check_postproc(hw, limits=tight, rejected=rejected)
+    assert sample_schedules(conv, hw, count=1, seed=0, extra_postprocs=[post],
+                            max_draws=8) == []
+    assert rejected and all("limit 24" in m[0] for m in rejected)
+
+
+def _elementwise(n, threads, *, shared=0, vec=1):
+    """B = 2 * A bound to ``threads`` threads; ``shared`` floats staged per block."""
+    from tvm import s_tir, te
+
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    blk = sch.get_sblock("B")
+    (i,) = sch.get_loops(blk)
+    if shared:
+        bx, rest = sch.split(i, [None, shared])
+        sch.bind(bx, "blockIdx.x")
+        cache = sch.cache_read(blk, 0, "shared")
+        sch.compute_at(cache, bx)
+        tx, _ = sch.split(rest, [threads, None])
+        sch.bind(tx, "threadIdx.x")
+        _, ctx = sch.split(sch.get_loops(cache)[-1], [None, threads])
+        sch.bind(ctx, "threadIdx.x")
+    else:
+        bx, tx, v = sch.split(i, [None, threads, vec])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        if vec > 1:
+            sch.vectorize(v)
+    return sch.mod["main"]
+
+
+def _violations(func, hw):
+    return [v for k in device_kernels(func, hw.tvm_target(), "k") for v in check_launch(k, hw)]
+
+
+def test_mi250x_tir_checks():
+    hw = tf.load_target("mi250x")
+    assert _violations(_elementwise(4096, 256, vec=4), hw) == []
+    assert _violations(_elementwise(1 << 16, 256, shared=8192), hw) == []  # 32 KB of LDS
+    (msg,) = _violations(_elementwise(4096, 32), hw)
+    assert "32 threads per block" in msg and "64-wide wavefront" in msg
+    (msg,) = _violations(_elementwise(1 << 16, 256, shared=24576), hw)  # 96 KB
+    assert "98304 bytes of static LDS" in msg and "limit 65536" in msg
+    (msg,) = _violations(_elementwise(4096, 64, vec=8), hw)
+    assert "256-bit vector" in msg and "128-bit" in msg
+    # a100's warp is 32 wide: the 32-thread block is fine there, 96 KB static is not
+    a100 = tf.load_target("a100")
+    assert _violations(_elementwise(4096, 32), a100) == []
+    assert "limit 49152" in _violations(_elementwise(1 << 16, 256, shared=24576), a100)[0]
+
+
+def test_mi250x_default_schedules_of_the_embedded_model_pass(embedded):
+    mod, result = schedule_and_check(embedded, "mi250x")
+    graph = tf.build_graph(embedded.mod)
+    assert set(result) == {g.name for g in make_plan(graph, tf.load_target("mi250x")).groups}
+    assert all(v == [] for v in result.values()), result
+    threads = [k.threads_per_block for name in result for k in device_kernels(
+        mod[name], tf.load_target("mi250x").tvm_target(), name)]
+    assert threads and all(t % 64 == 0 and t <= 1024 for t in threads)
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "tvm_fusion", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.skipif(rocm_support().can_build, reason="this machine can build for ROCm")
+def test_compile_mi250x_without_rocm_says_what_is_missing(tmp_path):
+    proc = _cli("compile", "embedded", "--target", "mi250x", "-o", tmp_path / "m.so")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert "cannot build for mi250x" in err and "USE_ROCM=ON" in err
+    assert "ROCm installation" in err and "MISSING" in err
+    assert "Traceback" not in err and not (tmp_path / "m.so").exists()
+
+
+@needs_nvcc
+def test_compile_a100_builds_cuda_kernels_and_fp16_needs_a_gpu_target(tmp_path):
+    out = tmp_path / "m.so"
+    proc = _cli("compile", "embedded", "--target", "a100", "-o", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert out.exists() and "5 kernels" in proc.stdout
+    proc = _cli("plan", "embedded", "--target", "host", "--precision", "fp16")
+    assert proc.returncode == 2 and "for GPU targets" in proc.stderr
+
+
+def test_check_kernel_messages_name_resource_use_and_limit():
+    from tvm_fusion.gpu import KernelResources
+
+    hw = tf.load_target("h100")
+    big = KernelResources(entry="k", arch="sm_90", registers=128, shared_bytes=1024,
+                          spill_stores=0, spill_loads=0, stack_bytes=0,
+                          threads_per_block=1024, dynamic_shared_bytes=240 * 1024)
+    msgs = check_kernel(big, GpuLimits.from_target(hw))
+    assert any("131072 registers per block, limit 65536" in m for m in msgs), msgs
+    assert any("dynamic bytes of shared memory per block, limit 232448" in m for m in msgs)
+    ok = dataclasses.replace(big, registers=64, dynamic_shared_bytes=0)
+    assert check_kernel(ok, GpuLimits.from_target(hw)) == []
