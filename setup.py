@@ -19,6 +19,8 @@ setup(
         # MetaSchedule's worker pool needs both at run time; apache-tvm does not pull them.
         "psutil",
         "cloudpickle",
+        # TVM's RPC tracker (`python -m tvm.exec.rpc_tracker`, for tune --rpc-tracker)
+        "tornado",
     ],
     # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
     # cuobjdump + nvdisasm: tests/test_gpu.py reads the SASS of nvcc-built kernels (HMMA).

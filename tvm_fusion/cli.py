@@ -95,7 +95,9 @@ def cmd_tune(args) -> int:
 
     model = _model_from_args(args)
     report = tune(model, args.target, trials=args.trials, logs=args.logs,
-                  planner=args.planner, progress=not args.quiet, seed=args.seed)
+                  planner=args.planner, progress=not args.quiet, seed=args.seed,
+                  search_space=args.search_space, rpc_tracker=args.rpc_tracker,
+                  rpc_key=args.rpc_key)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -241,6 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default cost; a resumed run keeps the stored plan)")
     tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     tu.add_argument("--quiet", action="store_true", help="no progress bar")
+    tu.add_argument("--search-space", metavar="NAME|FILE.json",
+                    help="schedule space: cpu, cuda, rocm (search_spaces/) or a JSON file "
+                         "in that schema (default: the target family's file for CPUs, "
+                         "MetaSchedule's built-in space for GPUs)")
+    tu.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                    help="measure on remote devices through this TVM RPC tracker "
+                         "(python -m tvm.exec.rpc_tracker); needs --rpc-key")
+    tu.add_argument("--rpc-key", metavar="KEY",
+                    help="device key the RPC servers registered with "
+                         "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
     tu.set_defaults(func=cmd_tune)
 
     c = sub.add_parser("compile", help="build a shared library from the logs, no tuning",
