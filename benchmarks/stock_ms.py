@@ -56,19 +56,6 @@ def quiet_console():
         logger.setLevel(level)
 
 
-def pre_tuning_module(mod, target):
-    """The module ``static_shape_tuning`` hands to MetaScheduleTuneIRMod (for task weights)."""
-    import tvm
-    from tvm import relax
-
-    with tvm.target.Target(target):
-        return tvm.transform.Sequential([
-            relax.transform.DecomposeOpsForInference(),
-            relax.transform.CanonicalizeBindings(),
-            relax.get_pipeline("zero"),
-        ])(mod)
-
-
 def tune_and_build(mod, target, work_dir: Path, trials: int, *,
                    builder_timeout: float | None):
     """Tune with the stock pipeline, then build with ``relax.build``'s default pipeline.

@@ -74,7 +74,11 @@ class RejectedMerge:
 
 @dataclass(frozen=True, kw_only=True)
 class FusionPlan:
-    """A complete partition of a graph's operators into kernels."""
+    """A complete partition of a graph's operators into kernels.
+
+    ``edges`` holds the graph's producer -> consumer node-id pairs, so that a plan
+    read back from JSON can still be drawn (``_repr_html_``); it is not in the hash.
+    """
 
     target: str
     graph_signature: str
@@ -82,6 +86,7 @@ class FusionPlan:
     groups: tuple[FusedGroup, ...]
     notes: tuple[str, ...] = field(default=())
     rejected: tuple[RejectedMerge, ...] = field(default=())
+    edges: tuple[tuple[int, int], ...] = field(default=())
 
     @property
     def est_us(self) -> float:
@@ -126,7 +131,8 @@ class FusionPlan:
                          for r in d.get("rejected", ()))
         plan = cls(target=d["target"], graph_signature=d["graph_signature"],
                    planner=d["planner"], groups=groups, notes=tuple(d.get("notes", ())),
-                   rejected=rejected)
+                   rejected=rejected,
+                   edges=tuple((int(a), int(b)) for a, b in d.get("edges", ())))
         if d.get("hash") not in (None, plan.hash):
             raise PlanError(f"plan hash mismatch: file says {d['hash']}, content gives "
                             f"{plan.hash}; the plan was edited by hand or is corrupt")
@@ -200,6 +206,21 @@ class FusionPlan:
                     out.append(f"  not merged with {', '.join(o for o in r.ops if o != me)}"
                                f": {times}{r.reason}")
         return "\n".join(out)
+
+    def compare(self, other: "FusionPlan"):
+        """Side by side with ``other`` (same graph): kernels only one of them has.
+
+        Returns a :class:`~tvm_fusion.explore.PlanComparison`; it prints as text and
+        renders as a table in a notebook.
+        """
+        from ..explore.plan_view import PlanComparison
+
+        return PlanComparison.of(self, other)
+
+    def _repr_html_(self) -> str:
+        from ..explore.plan_view import plan_html
+
+        return plan_html(self)
 
     def differences(self, other: "FusionPlan") -> list[str]:
         """Kernels of this plan that ``other`` does not have, and how ``other`` splits them.

@@ -1,0 +1,130 @@
+"""Notebook views: a plan draws and tabulates itself, plans compare, tuning logs plot."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+import tvm_fusion as tf  # noqa: E402
+from tvm_fusion.embedded import build_embedded_model  # noqa: E402
+from tvm_fusion.errors import LogError, PlanError  # noqa: E402
+from tvm_fusion.explore import compare_targets, draw_plan  # noqa: E402
+from tvm_fusion.explore.tuning import (kernel_results, plot_roofline,  # noqa: E402
+                                       plot_tuning_curves, read_records, tuning_curve)
+from tvm_fusion.plan import FusionPlan  # noqa: E402
+
+from test_planner import matmul_softmax  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tf.import_model(build_embedded_model(), name="embedded")
+
+
+@pytest.fixture(scope="module")
+def graph(model):
+    return tf.build_graph(model.mod)
+
+
+def test_plan_html_draws_every_op_and_lists_kernels_and_rejections(graph):
+    plan = tf.plan_fusion(graph, "a100")
+    html = plan._repr_html_()
+    assert "<svg" in html
+    for g in plan.groups:
+        assert g.name in html
+    for r in plan.rejected:
+        assert r.reason.split(";")[0][:40].replace("'", "&#x27;") in html
+    fig = draw_plan(plan)
+    points = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert points == len(graph.nodes)
+    # Edges inside a kernel are drawn in the kernel's colour, the rest grey and dashed.
+    group_of = plan.group_of()
+    inside = sum(group_of[a] == group_of[b] for a, b in plan.edges)
+    assert 0 < inside < len(plan.edges)
+
+
+def test_edges_survive_json_so_a_stored_plan_still_draws(graph, tmp_path):
+    plan = tf.plan_fusion(graph, "x86_avx2")
+    plan.save(tmp_path / "p.json")
+    back = FusionPlan.load(tmp_path / "p.json")
+    assert back.edges == plan.edges and back.hash == plan.hash
+    assert "<svg" in back._repr_html_()
+    # A plan written before edges were stored still renders its tables.
+    doc = json.loads((tmp_path / "p.json").read_text())
+    del doc["edges"]
+    old = FusionPlan.from_json(doc)
+    assert "graph not drawn" in old._repr_html_()
+    with pytest.raises(PlanError, match="no graph edges"):
+        draw_plan(old)
+
+
+def test_compare_names_the_kernels_fuseops_splits(graph):
+    cost = tf.plan_fusion(graph, "a100")
+    rules = tf.plan_fusion(graph, "a100", planner="fuseops")
+    cmp = cost.compare(rules)
+    assert not cmp.same and cost.compare(cost).same
+    mine = {frozenset(g.nodes) for g in cost.groups}
+    theirs = {frozenset(g.nodes) for g in rules.groups}
+    assert {frozenset(g.nodes) for g in cmp.only_a} == mine - theirs
+    assert {frozenset(g.nodes) for g in cmp.only_b} == theirs - mine
+    text = str(cmp)
+    assert len(text.splitlines()) == 1 + len(cmp.only_a)
+    assert "softmax#21" in text and "a100/fuseops" in text
+    assert "softmax#21" in cmp._repr_html_()
+
+
+def test_compare_refuses_plans_of_different_graphs(graph):
+    other = tf.build_graph(matmul_softmax(256).mod)
+    with pytest.raises(PlanError, match="different graphs"):
+        tf.plan_fusion(graph, "a100").compare(tf.plan_fusion(other, "a100"))
+
+
+def test_targets_side_by_side_show_where_the_hardware_differs():
+    # 64 KB softmax rows: fused on MI250X and the CPU, split on A100 (see test_planner).
+    graph = tf.build_graph(matmul_softmax(16384).mod)
+    cmp = compare_targets(graph, ("x86_avx2", "a100", "mi250x"))
+    assert [len(p.groups) for p in cmp.plans.values()] == [1, 2, 1]
+    assert cmp.differing_nodes() == [0, 1]
+    html = cmp._repr_html_()
+    assert "matmul#0" in html and "softmax#1" in html and "(alone)" in html
+    assert "2 operators are grouped differently" in str(cmp)
+
+
+@pytest.fixture(scope="module")
+def tuned(model, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("logs")
+    report = tf.tune(model, "host", trials=8, logs=logs, progress=False)
+    return logs, report
+
+
+def test_kernel_results_and_curve_read_what_tuning_measured(model, tuned, tmp_path):
+    logs, report = tuned
+    kernels = kernel_results(model, "host", logs)
+    assert sorted(k.name for k in kernels) == sorted(t.name for t in report.tasks)
+    by_name = {t.name: t for t in report.tasks}
+    for k in kernels:
+        assert k.bytes > 0
+        if by_name[k.name].best_us is not None:
+            assert k.best_us == pytest.approx(by_name[k.name].best_us, rel=1e-6)
+    assert any("conv2d" in k.name and k.flops > 1e6 for k in kernels)
+
+    hashes, records = read_records(logs / "host" / "candidates")
+    curve = tuning_curve(model, "host", logs)
+    assert len(curve.trials) == len(records) and curve.trials[0] == 1
+    assert all(b <= a + 1e-12 for a, b in zip(curve.est_ms, curve.est_ms[1:]))
+    assert curve.tasks == len(kernels) and curve.est_ms[-1] > 0
+
+    plot_tuning_curves([curve]).savefig(tmp_path / "curve.png")
+    plot_roofline(kernels, "host").savefig(tmp_path / "roof.png")
+    for name in ("curve.png", "roof.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_views_of_an_untuned_model_say_what_to_do(model, tmp_path):
+    with pytest.raises(LogError, match="manifest"):
+        kernel_results(model, "host", tmp_path)

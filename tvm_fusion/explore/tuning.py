@@ -1,0 +1,303 @@
+"""Notebook views of tuning logs: per-kernel results, tuning curves, a roofline chart.
+
+Everything is read from a log directory (``LOGS/<target>/``) and the model it was tuned
+for: the manifest gives the plan that was tuned, re-applying it gives the kernels (the
+tuning tasks), and the databases give what was measured. Lines that do not parse are
+skipped here (``tvm-fusion logs validate`` is the tool that reports them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LogError
+
+# MetaSchedule writes a failed run as a run time of 1e10 s.
+_FAILED_S = 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelResult:
+    """One tuning task (one fused kernel) and what its log holds.
+
+    Attributes
+    ----------
+    name : str
+        Task (kernel) name.
+    weight : int
+        Calls per inference.
+    flops : float
+        Arithmetic operations per call (from TIR).
+    bytes : int
+        Bytes of its arguments, each read or written once: its DRAM traffic when
+        everything else stays on chip.
+    best_us : float or None
+        Best verified latency per call (median of its runs); None when the log has no
+        record for it.
+    measured : int
+        Candidates measured for it.
+    """
+
+    name: str
+    weight: int
+    flops: float
+    bytes: int
+    best_us: float | None
+    measured: int
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of DRAM traffic."""
+        return self.flops / max(self.bytes, 1)
+
+    @property
+    def gflops(self) -> float | None:
+        """Achieved GFLOP/s of the best record."""
+        return None if not self.best_us else self.flops / self.best_us / 1e3
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuningCurve:
+    """Estimated model latency after each trial: sum over kernels of best so far x calls.
+
+    A tuner measures kernels in turn, so early on most have no measurement. Until its
+    first valid one, a kernel counts with that first measurement (its first random
+    schedule): the curve then starts from "every kernel with one random schedule" and
+    only goes down. ``complete[i]`` is False while some kernel was not yet measured.
+    ``unmeasured`` kernels never got a valid measurement and are not in the sum.
+    """
+
+    label: str
+    trials: tuple[int, ...]
+    est_ms: tuple[float, ...]
+    complete: tuple[bool, ...]
+    tasks: int
+    unmeasured: int = 0
+
+
+def read_records(db_dir: str | Path) -> tuple[list[str], list[tuple[int, list[float]]]]:
+    """Workload hashes and ``(workload index, run_secs)`` of every record, in file order."""
+    db_dir = Path(db_dir)
+    hashes, records = [], []
+    for name, sink in (("database_workload.json", hashes), ("database_tuning_record.json",
+                                                              records)):
+        f = db_dir / name
+        if not f.is_file():
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                if sink is hashes:
+                    hashes.append(str(row[0]))
+                else:
+                    records.append((int(row[0]), [float(s) for s in (row[1][1] or [])]))
+            except (ValueError, IndexError, TypeError, KeyError):
+                continue  # a torn or foreign line
+    return hashes, records
+
+
+def _valid(secs: list[float]) -> bool:
+    return bool(secs) and max(secs) < _FAILED_S
+
+
+def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str) -> TuningCurve:
+    """The curve of a MetaSchedule database whose tasks have ``weights`` (hash -> calls)."""
+    hashes, records = read_records(db_dir)
+    runs = []
+    for idx, secs in records:
+        h = hashes[idx] if 0 <= idx < len(hashes) else None
+        runs.append((h, statistics.median(secs)) if h in weights and _valid(secs) else None)
+    first: dict[str, float] = {}
+    for run in runs:
+        if run is not None:
+            first.setdefault(*run)
+    best = dict(first)
+    seen: set[str] = set()
+    trials, est, complete = [], [], []
+    for i, run in enumerate(runs, start=1):
+        if run is not None:
+            h, lat = run
+            best[h] = min(best[h], lat) if h in seen else lat
+            seen.add(h)
+        if first:
+            trials.append(i)
+            est.append(sum(best[k] * weights[k] for k in best) * 1e3)
+            complete.append(len(seen) == len(first))
+    return TuningCurve(label=label, trials=tuple(trials), est_ms=tuple(est),
+                       complete=tuple(complete), tasks=len(weights),
+                       unmeasured=len(weights) - len(first))
+
+
+def _tuned_tasks(model, target, logs):
+    """(hardware target, target dir, manifest entry, tuning tasks) of a tuned model."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .. import apply_plan, build_graph, load_target
+    from ..plan import FusionPlan
+
+    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    tdir = Path(logs) / hw.name
+    try:
+        manifest = json.loads((tdir / "manifest.json").read_text())
+    except (OSError, ValueError) as e:
+        raise LogError(f"{tdir} has no readable manifest.json ({e}): is {logs} a log "
+                       f"directory tuned for target {hw.name}?") from e
+    entry = manifest.get("models", {}).get(model.model_hash)
+    if entry is None:
+        raise LogError(f"{tdir} holds no records for model {model.name!r} (hash "
+                       f"{model.model_hash}); tune it first: tvm-fusion tune")
+    fused = apply_plan(build_graph(model.mod), FusionPlan.from_json(entry["plan"]))
+    return hw, tdir, entry, ms.relax_integration.extract_tasks(fused, hw.tvm_target())
+
+
+def _weights(tasks) -> dict[str, int]:
+    import tvm_ffi
+
+    return {str(tvm_ffi.structural_hash(t.dispatched[0])): int(t.weight) for t in tasks}
+
+
+def kernel_results(model, target, logs) -> list[KernelResult]:
+    """Every kernel of a tuned model with its FLOPs, bytes and best verified latency.
+
+    Parameters
+    ----------
+    model : ImportedModel
+        The model as tuned (same input shapes).
+    target : str or HardwareTarget
+    logs : path
+        The log directory given to :func:`tvm_fusion.tune`.
+    """
+    import tvm_ffi
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    _, tdir, _, tasks = _tuned_tasks(model, target, logs)
+    best: dict[str, float] = {}
+    hashes, records = read_records(tdir)
+    for idx, secs in records:
+        if 0 <= idx < len(hashes) and _valid(secs):
+            h = hashes[idx]
+            best[h] = min(best.get(h, math.inf), statistics.median(secs))
+    measured: dict[str, int] = {}
+    hashes, records = read_records(tdir / "candidates")
+    for idx, _ in records:
+        if 0 <= idx < len(hashes):
+            measured[hashes[idx]] = measured.get(hashes[idx], 0) + 1
+    out = []
+    for t in tasks:
+        mod = t.dispatched[0]
+        h = str(tvm_ffi.structural_hash(mod))
+        func = mod[mod.get_global_vars()[0]]
+        nbytes = sum(math.prod(int(d) for d in b.shape) * b.dtype.bits // 8
+                     for b in func.params if hasattr(b, "shape"))
+        out.append(KernelResult(name=t.task_name, weight=int(t.weight),
+                                flops=float(estimate_tir_flops(mod)), bytes=int(nbytes),
+                                best_us=best[h] * 1e6 if h in best else None,
+                                measured=measured.get(h, 0)))
+    return out
+
+
+def tuning_curve(model, target, logs, *, label: str = "tvm-fusion") -> TuningCurve:
+    """The tuning curve of ``model`` from every candidate its log measured, in order."""
+    _, tdir, _, tasks = _tuned_tasks(model, target, logs)
+    return curve_from_records(tdir / "candidates", _weights(tasks), label)
+
+
+def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedule"
+                       ) -> TuningCurve:
+    """The tuning curve of stock MetaSchedule from its ``work_dir`` database.
+
+    For a model tuned with TVM's own ``relax_integration.tune_relax`` (or the
+    ``static_shape_tuning`` pipeline) on the FuseOps-fused module, so the two tuners'
+    curves can be drawn side by side.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from .. import load_target
+
+    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    tvm_target = hw.tvm_target()
+    with tvm_target:
+        # What static_shape_tuning hands to MetaSchedule, so task hashes match its log.
+        mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                        relax.transform.CanonicalizeBindings(),
+                                        relax.get_pipeline("zero")])(model.mod)
+    tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
+    return curve_from_records(work_dir, _weights(tasks), label)
+
+
+def plot_tuning_curves(curves, ax=None):
+    """Best estimated latency against trials, one line per :class:`TuningCurve`.
+
+    Dotted while some kernel has no measurement yet (the estimate is then partial).
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for c in curves:
+        if not c.trials:
+            continue
+        missing = f", {c.unmeasured} never measured" if c.unmeasured else ""
+        line, = ax.plot(c.trials, c.est_ms, label=f"{c.label} ({c.tasks} kernels{missing})")
+        partial = [(t, e) for t, e, ok in zip(c.trials, c.est_ms, c.complete) if not ok]
+        if partial:
+            ax.plot(*zip(*partial), ls=":", color=line.get_color(), lw=3)
+    ax.set_yscale("log")
+    ax.set_xlabel("trials (measured candidates)")
+    ax.set_ylabel("estimated model latency, ms\n(sum of best kernels x calls)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("tuning curve (dotted: some kernels have only their first, random "
+                 "schedule yet)", fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def plot_roofline(kernels, target, ax=None):
+    """Each tuned kernel at (FLOPs per DRAM byte, achieved GFLOP/s) under the target's roof.
+
+    The roof is min(peak fp32 FLOP/s, DRAM bandwidth x intensity) from the target's
+    hardware description; a kernel's distance below it is what tuning left on the table.
+    Marker size is the kernel's share of model time.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .. import load_target
+
+    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    pts = [k for k in kernels if k.gflops and k.flops > 0]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    peak = hw.peak_fp32_flops / 1e9
+    bw = hw.dram_bandwidth_gbs
+    lo = min([k.intensity for k in pts] + [0.05]) / 2
+    hi = max([k.intensity for k in pts] + [peak / bw * 4]) * 2
+    x = np.geomspace(lo, hi, 200)
+    ax.plot(x, np.minimum(peak, bw * x), color="black", lw=1.5,
+            label=f"roof: {peak:.0f} GFLOP/s, {bw:.0f} GB/s")
+    total = sum(k.best_us * k.weight for k in pts) or 1.0
+    sc = ax.scatter([k.intensity for k in pts], [k.gflops for k in pts],
+                    s=[20 + 600 * k.best_us * k.weight / total for k in pts],
+                    c=[k.gflops / min(peak, bw * k.intensity) for k in pts],
+                    cmap="viridis", vmin=0, vmax=1, edgecolor="#333", lw=0.5, zorder=3)
+    for k in sorted(pts, key=lambda k: -k.best_us * k.weight)[:5]:
+        name = k.name if len(k.name) <= 24 else k.name[:22] + ".."
+        ax.annotate(name, (k.intensity, k.gflops), xytext=(4, 4),
+                    textcoords="offset points", fontsize=7)
+    ax.figure.colorbar(sc, ax=ax, label="fraction of the roof reached")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP / DRAM byte")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"tuned kernels on {hw.name} (size: share of model time)", fontsize=10)
+    ax.figure.tight_layout()
+    return ax.figure
