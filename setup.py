@@ -25,6 +25,7 @@ setup(
     # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
     # cuobjdump + nvdisasm: tests/test_gpu.py reads the SASS of nvcc-built kernels (HMMA).
     extras_require={"test": ["pytest>=7", "matplotlib>=3.7", "nvidia-cuda-cuobjdump",
-                             "nvidia-cuda-nvdisasm"]},
+                             "nvidia-cuda-nvdisasm", "nbclient>=0.10", "nbformat>=5.10",
+                             "ipykernel>=6.29"]},
     entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
 )
