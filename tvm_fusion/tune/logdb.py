@@ -38,6 +38,11 @@ RECORD_FILE = "database_tuning_record.json"
 LOCK_FILE = ".lock"
 
 
+# A LogError raised inside a database method that MetaSchedule called through the FFI
+# comes back out as a LogError, not a bare RuntimeError.
+tvm_ffi.register_error(LogError)
+
+
 class CorruptLogWarning(UserWarning):
     """Lines of a tuning database that could not be read were skipped."""
 
