@@ -124,3 +124,31 @@ def test_cli_refuses_an_unreachable_tracker_before_tuning(tmp_path, capsys):
     assert rc == 2
     assert "cannot reach the RPC tracker" in capsys.readouterr().err
     assert not (tmp_path / "host" / "candidates").exists()  # nothing was tuned
+
+
+def test_each_measurement_has_repeats_and_near_ties_are_timed_again():
+    """The runner gives REPEAT timings (median and spread); remeasure interleaves more."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_fusion.tune.fast_import import build_kernel
+    from tvm_fusion.tune.measure import REPEAT, device_type, median_us, remeasure, spread_pct
+
+    assert median_us([3e-6, 1e-6, 2e-6]) == pytest.approx(2.0)
+    assert spread_pct([1e-6, 1.5e-6, 2e-6]) == pytest.approx(66.666, rel=1e-3)
+    x = te.placeholder((1024,), name="x")
+    y = te.compute((1024,), lambda i: x[i] * 2.0, name="y")
+    mod = tvm.IRModule({"main": te.create_prim_func([x, y]).with_attr("global_symbol", "main")})
+    target = tf.load_target("host").tvm_target()
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+    artifact = default_export(build_kernel(mod, target, None))  # as the builder does
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    runner = make_runner()
+    dev = device_type(target)
+    first = runner.run([ms.runner.RunnerInput(artifact, dev, args)])[0].result()
+    assert first.error_msg is None and len(first.run_secs) == REPEAT
+    again = remeasure(runner, dev, [(artifact, args), (artifact, args)], rounds=2)
+    assert [len(a) for a in again] == [2 * REPEAT, 2 * REPEAT]
+    assert all(s > 0 for a in again for s in a)

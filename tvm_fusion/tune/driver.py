@@ -31,7 +31,7 @@ from .fast_import import build_kernel, import_tensor_intrinsics
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
-from .measure import NEAR_TIE, make_runner, median_us, remeasure
+from .measure import NEAR_TIE, device_type, make_runner, median_us, remeasure
 from .progress import Progress
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
@@ -116,7 +116,7 @@ class _TuneState:
         self.stalled: set[int] = set()
         # near-tie re-measurement: the runner, and a copy of each best's built module
         self.runner = None
-        self.device_type = str(target.kind.name)
+        self.device_type = device_type(target)
         self.keep_dir: Path | None = None
         self.incumbents: dict[int, tuple[str, list]] = {}
         self.retimed = 0

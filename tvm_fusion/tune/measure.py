@@ -44,6 +44,12 @@ def spread_pct(run_secs: Sequence) -> float:
     return (max(secs) - min(secs)) / med * 100 if med > 0 else 0.0
 
 
+def device_type(target) -> str:
+    """The runner's device name of a target (``llvm`` kernels run on the ``cpu``)."""
+    kind = str(target.kind.name)
+    return {"llvm": "cpu"}.get(kind, kind)
+
+
 def parse_tracker(text: str) -> tuple[str, int]:
     """``HOST:PORT`` -> (host, port), with a clear error for anything else."""
     host, sep, port = text.rpartition(":")
