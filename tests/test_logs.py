@@ -87,12 +87,28 @@ def run_py(code: str, *args, timeout=300) -> subprocess.CompletedProcess:
     return proc
 
 
-def cli(*args, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "tvm_fusion", *map(str, args)],
-                          capture_output=True, text=True, env=ENV, timeout=600)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
+class CliRun:
+    """``tvm-fusion ARGS`` run in this process (a TVM import per call would cost ~6 s)."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def __call__(self, *args, check=True) -> subprocess.CompletedProcess:
+        from tvm_fusion.cli import main
+
+        self.capsys.readouterr()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rc = main([str(a) for a in args])
+        out, err = self.capsys.readouterr()
+        if check:
+            assert rc == 0, out + err
+        return subprocess.CompletedProcess(args, rc, out, err)
+
+
+@pytest.fixture
+def cli(capsys):
+    return CliRun(capsys)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -330,7 +346,7 @@ def test_two_concurrent_tuners_share_one_directory(scenario):
     assert best[big["kernels"]["fused_matmul_add_relu"]["workload"]]  # verified records
 
 
-def test_stock_tvm_applies_our_database(scenario, tmp_path):
+def test_stock_tvm_applies_our_database(scenario, tmp_path, cli):
     logs = copy_logs(scenario, tmp_path / "logs")
     tdir = logs / "host"
     cand = tdir / "candidates"  # never torn: stock-readable as written
@@ -388,7 +404,7 @@ def test_model_compiled_from_logs_runs_in_a_fresh_process_without_tuning(scenari
     assert float(out.split("ERR")[1]) <= 1e-4
 
 
-def test_other_target_or_tvm_version_is_refused_by_compile(scenario, tmp_path):
+def test_other_target_or_tvm_version_is_refused_by_compile(scenario, tmp_path, cli):
     logs = copy_logs(scenario, tmp_path / "logs")
     manifest = logs / "host" / "manifest.json"
     m = json.loads(manifest.read_text())
@@ -406,7 +422,7 @@ def test_other_target_or_tvm_version_is_refused_by_compile(scenario, tmp_path):
     assert proc.returncode == 1 and "TVM '0.18.0'" in proc.stdout
 
 
-def test_logs_show_validate_prune_merge(scenario, tmp_path):
+def test_logs_show_validate_prune_merge(scenario, tmp_path, cli):
     logs = copy_logs(scenario, tmp_path / "logs")
     shown = json.loads(cli("logs", "show", logs, "--json").stdout)[0]
     assert shown["target"]["name"] == "host" and len(shown["models"]) == 2
@@ -461,7 +477,7 @@ def test_logs_show_validate_prune_merge(scenario, tmp_path):
 
 # ---- JIT --------------------------------------------------------------------------------
 
-def test_jit_compiles_per_shape_caches_on_disk_and_reuses_across_processes(scenario, tmp_path):
+def test_jit_compiles_per_shape_caches_on_disk_and_reuses_across_processes(scenario, tmp_path, cli):
     logs = copy_logs(scenario, tmp_path / "logs")
     cli("logs", "prune", logs)  # no torn line: this test is about the JIT
     cache = tmp_path / "cache"

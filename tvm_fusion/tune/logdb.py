@@ -183,7 +183,7 @@ class LogDatabase(PyDatabase):
 
     @property
     def bad_lines(self) -> list[BadLine]:
-        return sorted(self._bad.values(), key=lambda b: (b.file, b.line))
+        return sorted(self._bad.values(), key=lambda b: (b.file != WORKLOAD_FILE, b.line))
 
     def bad_summary(self) -> str:
         """One sentence on the skipped lines (for the warning and the tools)."""
