@@ -4,5 +4,9 @@ Everything here is also what ``_repr_html_`` of the main objects renders.
 """
 
 from .plan_view import PlanComparison, TargetComparison, compare_targets, draw_plan, plan_html
+from .tuning import (KernelResult, TuningCurve, kernel_results, metaschedule_curve,
+                     plot_roofline, plot_tuning_curves, tune_metaschedule, tuning_curve)
 
-__all__ = ["PlanComparison", "TargetComparison", "compare_targets", "draw_plan", "plan_html"]
+__all__ = ["KernelResult", "PlanComparison", "TargetComparison", "TuningCurve",
+           "compare_targets", "draw_plan", "kernel_results", "metaschedule_curve", "plan_html",
+           "plot_roofline", "plot_tuning_curves", "tune_metaschedule", "tuning_curve"]

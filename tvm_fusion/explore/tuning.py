@@ -148,7 +148,7 @@ def _tuned_tasks(model, target, logs):
                        f"directory tuned for target {hw.name}?") from e
     entry = manifest.get("models", {}).get(model.model_hash)
     if entry is None:
-        raise LogError(f"{tdir} holds no records for model {model.name!r} (hash "
+        raise LogError(f"{tdir} holds no records for model {model.source!r} (hash "
                        f"{model.model_hash}); tune it first: tvm-fusion tune")
     fused = apply_plan(build_graph(model.mod), FusionPlan.from_json(entry["plan"]))
     return hw, tdir, entry, ms.relax_integration.extract_tasks(fused, hw.tvm_target())
@@ -206,6 +206,41 @@ def tuning_curve(model, target, logs, *, label: str = "tvm-fusion") -> TuningCur
     return curve_from_records(tdir / "candidates", _weights(tasks), label)
 
 
+def _stock_module(model, tvm_target):
+    """What TVM's ``static_shape_tuning`` hands to MetaSchedule: FuseOps' kernels."""
+    import tvm
+    from tvm import relax
+
+    with tvm_target:
+        return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                         relax.transform.CanonicalizeBindings(),
+                                         relax.get_pipeline("zero")])(model.mod)
+
+
+def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: float = 180.0
+                      ) -> TuningCurve:
+    """Tune ``model`` with stock TVM (FuseOps + MetaSchedule) and return its curve.
+
+    The baseline for :func:`plot_tuning_curves`: TVM's own task extraction, search and
+    budget policy, unchanged, with ``trials`` in all. The one knob turned is the
+    builder timeout: TVM's default 30 s is shorter than its builder workers' start-up
+    on a 2-core machine, where every build would time out.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from .. import load_target
+    from ..tune.ms_compat import plain_task_tables
+
+    plain_task_tables()
+    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    tvm_target = hw.tvm_target()
+    ms.relax_integration.tune_relax(
+        _stock_module(model, tvm_target), params={}, target=tvm_target,
+        work_dir=str(work_dir), max_trials_global=trials,
+        builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout))
+    return metaschedule_curve(model, hw, work_dir)
+
+
 def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedule"
                        ) -> TuningCurve:
     """The tuning curve of stock MetaSchedule from its ``work_dir`` database.
@@ -214,20 +249,13 @@ def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedul
     ``static_shape_tuning`` pipeline) on the FuseOps-fused module, so the two tuners'
     curves can be drawn side by side.
     """
-    import tvm
-    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from .. import load_target
 
     hw = target if hasattr(target, "tvm_target") else load_target(target)
     tvm_target = hw.tvm_target()
-    with tvm_target:
-        # What static_shape_tuning hands to MetaSchedule, so task hashes match its log.
-        mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
-                                        relax.transform.CanonicalizeBindings(),
-                                        relax.get_pipeline("zero")])(model.mod)
-    tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
+    tasks = ms.relax_integration.extract_tasks(_stock_module(model, tvm_target), tvm_target)
     return curve_from_records(work_dir, _weights(tasks), label)
 
 

@@ -28,6 +28,7 @@ from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
+from .ms_compat import plain_task_tables
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
@@ -337,6 +338,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
     all of theirs.
     """
     import_tensor_intrinsics()  # before TuneContext does it the slow way
+    plain_task_tables()  # no pandas table inside Jupyter
     (tdir / "candidates").mkdir(parents=True, exist_ok=True)
     candidates_db = open_database(tdir / "candidates", create=True)  # crash/share-safe
     runner = runner if runner is not None else make_runner()
