@@ -29,7 +29,6 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 import tvm_fusion as tf
-from tvm_fusion import logtools
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, run_onnxruntime
 from tvm_fusion.tune.logdb import RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, LogDatabase

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from ..errors import ModuleLoadError, TvmFusionError
 from ..frontend import import_model
+from ..frontend.onnx_import import _load as load_onnx
 from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
 from ..targets import HardwareTarget, load_target
@@ -63,7 +63,7 @@ class JitFunction:
     """
 
     def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name):
-        self._raw, self._proto, self.source = _read_model(model, name)
+        self._raw, self._proto, self.source = load_onnx(model, name)
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
         self.input_names = tuple(i.name for i in graph_inputs(self._proto))
@@ -163,22 +163,6 @@ class JitFunction:
                 f.unlink()
             tmp.rmdir()
         return load_module(lib)
-
-
-def _read_model(model, name) -> tuple[bytes, onnx.ModelProto, str]:
-    if isinstance(model, onnx.ModelProto):
-        raw = model.SerializeToString()
-        return raw, model, name or model.graph.name or "<model>"
-    if isinstance(model, (bytes, bytearray)):
-        return bytes(model), onnx.ModelProto.FromString(bytes(model)), name or "<bytes>"
-    if isinstance(model, (str, os.PathLike)):
-        path = Path(model)
-        if not path.is_file():
-            raise ModuleLoadError(f"model file not found: {path} (expected an .onnx file)")
-        raw = path.read_bytes()
-        return raw, onnx.ModelProto.FromString(raw), name or str(path)
-    raise ModuleLoadError("tvm_fusion.jit expects an .onnx path, onnx.ModelProto or bytes, "
-                          f"got {type(model).__name__}")
 
 
 def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None = None,
