@@ -31,7 +31,8 @@ from tvm.s_tir import meta_schedule as ms
 import tvm_fusion as tf
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, run_onnxruntime
-from tvm_fusion.tune.logdb import RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, LogDatabase
+from tvm_fusion.tune.logdb import (RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, DirLock,
+                                   LogDatabase, write_database)
 from tvm_fusion.tune.logs import (fresh_manifest, read_manifest, target_identity,
                                   write_manifest)
 
@@ -226,6 +227,26 @@ def test_a_broken_workload_line_keeps_the_numbering_of_the_others(tmp_path):
     for rec in db.get_all_tuning_records():  # 16 and 24 still under their own workload
         assert round(float(rec.run_secs[0]) * 1e6) == int(rec.workload.mod["main"].params[0].shape[0])
     assert len(db) == 2
+
+
+def test_a_writer_survives_the_files_being_rewritten_under_it(tmp_path):
+    """`logs prune` renumbers workloads while a tuner has the database open."""
+    db = LogDatabase(tmp_path, writable=True)
+    mods = {n: _workload(n) for n in (8, 16, 24)}
+    for n, mod in mods.items():
+        db.commit_tuning_record(_record(db.commit_workload(mod), mod, 4, n * 1e-6))
+    other = LogDatabase(tmp_path)
+    keep = [w for w in other.workloads() if int(w.mod["main"].params[0].shape[0]) == 24]
+    with DirLock(tmp_path, exclusive=True):  # what prune does: 24 becomes workload line 1
+        write_database(tmp_path, [(keep[0], other.records_of(keep[0]))])
+    db.commit_tuning_record(_record(db.commit_workload(mods[24]), mods[24], 8, 24e-6))
+    db.commit_tuning_record(_record(db.commit_workload(mods[8]), mods[8], 8, 8e-6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = LogDatabase(tmp_path)
+    assert len(again) == 3
+    for rec in again.get_all_tuning_records():
+        assert round(float(rec.run_secs[0]) * 1e6) == int(rec.workload.mod["main"].params[0].shape[0])
 
 
 WRITER = textwrap.dedent("""

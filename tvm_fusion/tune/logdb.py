@@ -166,14 +166,7 @@ class LogDatabase(PyDatabase):
             self.path.mkdir(parents=True, exist_ok=True)
         self._files = {WORKLOAD_FILE: self.path / WORKLOAD_FILE,
                        RECORD_FILE: self.path / RECORD_FILE}
-        self._mem = ms.database.MemoryDatabase()
-        self._offset = {WORKLOAD_FILE: 0, RECORD_FILE: 0}
-        self._lines = {WORKLOAD_FILE: 0, RECORD_FILE: 0}  # complete lines consumed
-        self._workloads: list = []        # line index -> canonical Workload, or None
-        self._index: dict = {}            # canonical Workload -> first line index
-        self._key: dict = {}              # canonical Workload -> structural hash string
-        self._bad: dict[tuple[str, int], BadLine] = {}
-        self.record_lines = 0             # records read successfully
+        self._reset()
         with DirLock(self.path, exclusive=False):
             self._sync()
         if warn and self._bad:
@@ -197,8 +190,33 @@ class LogDatabase(PyDatabase):
                 f"{self.path.parent if self.path.name == 'candidates' else self.path}` "
                 "rewrites the files without them.")
 
+    def _reset(self) -> None:
+        self._mem = ms.database.MemoryDatabase()
+        self._offset = {WORKLOAD_FILE: 0, RECORD_FILE: 0}
+        self._lines = {WORKLOAD_FILE: 0, RECORD_FILE: 0}  # complete lines consumed
+        self._inode = {WORKLOAD_FILE: None, RECORD_FILE: None}
+        self._workloads: list = []        # line index -> canonical Workload, or None
+        self._index: dict = {}            # canonical Workload -> first line index
+        self._key: dict = {}              # canonical Workload -> structural hash string
+        self._bad: dict[tuple[str, int], BadLine] = {}
+        self.record_lines = 0             # records read successfully
+
     def _sync(self) -> None:
-        """Read what was appended since the last sync (workloads first, then records)."""
+        """Read what was appended since the last sync (workloads first, then records).
+
+        A file replaced meanwhile (``logs prune`` or ``merge`` rewrote it) renumbers the
+        workloads: then everything is read again, so no record is filed under a stale
+        index.
+        """
+        for name, path in self._files.items():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            seen = self._inode[name]
+            if (seen is not None and seen != st.st_ino) or st.st_size < self._offset[name]:
+                self._reset()
+                break
         self._sync_file(WORKLOAD_FILE)
         self._sync_file(RECORD_FILE)
 
@@ -206,6 +224,7 @@ class LogDatabase(PyDatabase):
         path = self._files[name]
         try:
             with open(path, "rb") as f:
+                self._inode[name] = os.fstat(f.fileno()).st_ino
                 f.seek(self._offset[name])
                 data = f.read()
         except FileNotFoundError:
@@ -326,6 +345,8 @@ class LogDatabase(PyDatabase):
             self._sync_file(RECORD_FILE)
 
     def get_top_k(self, workload, top_k: int) -> list:
+        if workload not in self._index and self._mem.has_workload(workload.mod):
+            workload = self._mem.commit_workload(workload.mod)  # ours after a re-read
         return self._mem.get_top_k(workload, top_k)
 
     def get_all_tuning_records(self) -> list:
