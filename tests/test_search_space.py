@@ -148,3 +148,16 @@ def test_malformed_values_are_refused():
         space_from_dict(doc)
     with pytest.raises(SearchSpaceError, match="Known: cpu, cuda, rocm"):
         load_search_space("tpu")
+
+
+def test_tune_uses_the_cpu_file_by_default_and_a_given_file(host, tmp_path):
+    from tvm_fusion.tune.driver import _resolve_space
+
+    assert _resolve_space(None, host).family == "cpu"
+    assert _resolve_space(None, load_target("a100").tvm_target()) is None  # stock GPU space
+    doc = _doc()
+    doc["parallel_vectorize_unroll"]["unroll_max_steps"] = [0, 32]
+    (tmp_path / "mine.json").write_text(json.dumps(doc))
+    space = _resolve_space(str(tmp_path / "mine.json"), host)
+    assert space.parallel_vectorize_unroll.unroll_max_steps == (0, 32)
+    assert space.origin.endswith("mine.json")
