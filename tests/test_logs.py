@@ -520,6 +520,9 @@ def test_jit_compiles_per_shape_caches_on_disk_and_reuses_across_processes(scena
     assert "x=16x64" in str(caught[0].message) and "--shape x=16,64" in str(caught[0].message)
     assert max_rel_error(got, run_onnxruntime(proto, [x16])[0]) <= 1e-4
     assert [e.kind for e in fn.events] == ["compiled", "compiled"]
+    info = json.loads(Path(str(fn.events[1].path) + ".json").read_text())
+    assert info["untuned"] == ["fused_matmul_add_relu"]  # listed with its predicted share
+    assert info["untuned_est_share"] == {"fused_matmul_add_relu": pytest.approx(1.0)}
     assert len(list(cache.glob("*.so"))) == 2
 
     out = run_py("""

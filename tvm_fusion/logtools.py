@@ -306,7 +306,8 @@ def validate(root: str | Path, *, build: bool = False,
         for b in db.bad_lines:
             problems.append(f"{tdir / b.file} line {b.line}: broken: {b.reason}")
         stored_target = (m or {}).get("target") or {}
-        want = json.loads(stored_target.get("key") or "null") if stored_target else None
+        want = (json.loads(stored_target.get("key") or target_key(stored_target.get("tvm", {})))
+                if stored_target else None)
         users, complete = _users(m)
         checked = 0
         for wl in db.workloads():

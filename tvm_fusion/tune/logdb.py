@@ -362,8 +362,9 @@ class LogDatabase(PyDatabase):
 
 
 def _first_line(err: Exception) -> str:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else type(err).__name__
+    """The gist of a TVM error: its type and last message line."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip() and ln.strip() != "(not rendered)"]
+    return f"{type(err).__name__}: {lines[-1][:200]}" if lines else type(err).__name__
 
 
 def write_database(path: Path, entries: list) -> None:

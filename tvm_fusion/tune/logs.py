@@ -129,9 +129,9 @@ def manifest_problems(m: dict, path: Path, hw=None) -> tuple[list[str], list[str
             target.append(
                 f"{path} holds records tuned for another target than this "
                 f"{hw.name!r} ({'; '.join(diffs)}). Schedules tuned for other hardware "
-                "can be slow or fail here, so they are refused; pass "
-                "allow_other_target=True (CLI: --allow-other-target) to use them anyway, "
-                "or tune for this target")
+                "can be slow or fail here, so they are refused; to deploy them anyway pass "
+                "allow_other_target=True (CLI: --allow-other-target), or tune for this "
+                "target into a new log directory")
     return version, target
 
 
