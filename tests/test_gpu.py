@@ -262,3 +262,38 @@ def test_check_kernel_messages_name_resource_use_and_limit():
     assert any("dynamic bytes of shared memory per block, limit 232448" in m for m in msgs)
     ok = dataclasses.replace(big, registers=64, dynamic_shared_bytes=0)
     assert check_kernel(ok, GpuLimits.from_target(hw)) == []
+
+
+def test_predict_best_picks_by_the_cost_model_alone(embedded):
+    """Cost-model-only picking (no GPU, no measurement) goes by the model passed in."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    from tvm_fusion.gpu.sample import predict_best
+
+    hw = tf.load_target("a100")
+    target = hw.tvm_target()
+
+    def shared(sch):
+        return sum(k.shared_bytes for k in device_kernels(sch.mod["main"], target, "k"))
+
+    @derived_object
+    class FewestSharedBytes(PyCostModel):  # a stand-in for a trained model's ranking
+        def load(self, path):
+            pass
+
+        def save(self, path):
+            pass
+
+        def update(self, context, candidates, results):
+            pass
+
+        def predict(self, context, candidates):
+            return np.array([-shared(c.sch) for c in candidates], dtype="float64")
+
+    graph = tf.build_graph(embedded.mod)
+    fused = tf.apply_plan(graph, make_plan(graph, hw))
+    sch, score, scores = predict_best(fused["fused_conv2d_subtract_divide_multiply_add1_relu"],
+                                      hw, FewestSharedBytes(), count=4, seed=0)
+    assert len(scores) >= 2 and len(set(scores)) >= 2, scores
+    assert score == max(scores) and shared(sch) == -score

@@ -15,6 +15,19 @@ import logging
 import tvm
 
 
+def _context(func, hw, seed):
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..tune.fast_import import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    ctx = ms.TuneContext(mod=mod, target=hw.tvm_target(), space_generator="post-order-apply",
+                         search_strategy="evolutionary", task_name="sample", rand_state=seed)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    return ctx
+
+
 def sample_schedules(func: tvm.tirx.PrimFunc, hw, *, count: int = 4, seed: int = 0,
                      extra_postprocs=(), max_draws: int = 64) -> list:
     """Draw up to ``count`` schedules of ``func`` for ``hw`` that pass every postprocessor.
@@ -37,15 +50,12 @@ def sample_schedules(func: tvm.tirx.PrimFunc, hw, *, count: int = 4, seed: int =
     -------
     list of tvm.s_tir.Schedule
     """
-    from tvm.s_tir import meta_schedule as ms
+    return _draw(_context(func, hw, seed), count=count, seed=seed,
+                 extra_postprocs=extra_postprocs, max_draws=max_draws)
 
-    from ..tune.fast_import import import_tensor_intrinsics
 
-    import_tensor_intrinsics()
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    ctx = ms.TuneContext(mod=mod, target=hw.tvm_target(), space_generator="post-order-apply",
-                         search_strategy="evolutionary", task_name="sample", rand_state=seed)
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+def _draw(ctx, *, count, seed, extra_postprocs, max_draws) -> list:
+    mod = ctx.mod
     sketches = ctx.space_generator.generate_design_space(mod)
     postprocs = list(ctx.space_generator.postprocs) + list(extra_postprocs)
     out = []
@@ -63,3 +73,40 @@ def sample_schedules(func: tvm.tirx.PrimFunc, hw, *, count: int = 4, seed: int =
             if len(out) == count:
                 break
     return out
+
+
+def predict_best(func: tvm.tirx.PrimFunc, hw, cost_model, *, count: int = 16, seed: int = 0,
+                 extra_postprocs=()):
+    """Pick a schedule of ``func`` for ``hw`` by a cost model's prediction alone.
+
+    For hardware the tuning machine does not have: draw ``count`` verified candidates
+    (:func:`sample_schedules`), score them with ``cost_model.predict`` (MetaSchedule's
+    convention: higher is better), keep the best. Nothing is built or measured; a
+    record made from the result must be marked predicted, not measured.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+    hw : HardwareTarget
+    cost_model : tvm.s_tir.meta_schedule.CostModel
+        Any MetaSchedule cost model (a trained XGBModel, a PyCostModel...).
+    count, seed, extra_postprocs :
+        As in :func:`sample_schedules`.
+
+    Returns
+    -------
+    (tvm.s_tir.Schedule, float, list of float) or None
+        The best schedule, its score, and every candidate's score in draw order;
+        None when no candidate passed the postprocessors.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    ctx = _context(func, hw, seed)
+    schs = _draw(ctx, count=count, seed=seed, extra_postprocs=extra_postprocs, max_draws=4 * count)
+    if not schs:
+        return None
+    cands = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
+             for sch in schs]
+    scores = [float(v) for v in cost_model.predict(ctx, cands)]
+    best = max(range(len(scores)), key=scores.__getitem__)
+    return schs[best], scores[best], scores
