@@ -327,7 +327,9 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
     workdir : path, optional
         Keep every ``.cu`` and ``.cubin`` there.
     check : bool
-        Check every entry against the target's limits; violations are recorded on each
+        Check every kernel against the target's limits, first in TIR (threads, shared
+        memory, vector widths: a kernel failing those is not given to nvcc and has no
+        entries), then from ptxas' report; violations are recorded on each
         :class:`CudaKernel` (use :func:`~tvm_fusion.gpu.limits.raise_on_violations`).
 
     Returns
@@ -339,7 +341,7 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
     from ..plan import apply_plan, make_plan
     from ..targets import HardwareTarget, load_target
     from .limits import GpuLimits, check_kernel
-    from .tir_check import device_kernels
+    from .tir_check import check_launch, device_kernels
 
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     if hw.family != "cuda":
@@ -356,9 +358,15 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         name = gv.name_hint
+        launches = device_kernels(func, tvm_target, name)
+        tir_bad = tuple(v for k in launches for v in check_launch(k, hw))
         src = cuda_source(func, tvm_target, name)
+        if tir_bad and check:  # e.g. > 48 KB static shared: nvcc would refuse it anyway
+            out.append(CudaKernel(name=name, schedule=origin.get(name, "dlight"), source=src,
+                                  entries=(), violations=tir_bad))
+            continue
         entries, _ = nvcc_compile(src, arch, workdir=workdir, name=name)
-        dyn = {k.name: k.dynamic_shared_bytes for k in device_kernels(func, tvm_target, name)}
+        dyn = {k.name: k.dynamic_shared_bytes for k in launches}
         entries = tuple(replace(e, dynamic_shared_bytes=dyn.get(e.entry, 0)) for e in entries)
         bad = tuple(v for e in entries for v in check_kernel(e, limits)) if check else ()
         out.append(CudaKernel(name=name, schedule=origin.get(name, "dlight"), source=src,
