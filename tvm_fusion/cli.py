@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .costmodel import cli as cost_model_cli
 from .errors import TvmFusionError
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -96,8 +97,8 @@ def cmd_tune(args) -> int:
     model = _model_from_args(args)
     report = tune(model, args.target, trials=args.trials, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
-                  search_space=args.search_space, rpc_tracker=args.rpc_tracker,
-                  rpc_key=args.rpc_key)
+                  cost_model=args.cost_model, search_space=args.search_space,
+                  rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -115,6 +116,8 @@ def _print_tune_report(report) -> None:
     print(f"{'kernel':<56} {'calls':>5} {'trials':>6} {'best us':>10}")
     for t in report.tasks:
         best = f"{t.best_us:10.2f}" if t.best_us is not None else f"{'untuned':>10}"
+        if getattr(t, "predicted", False):
+            best += " (predicted by the cost model, verified)"
         print(f"{t.name[:56]:<56} {t.weight:>5} {t.trials:>6} {best}")
     est = f"{report.est_ms:.3f} ms" if report.est_ms is not None else "n/a (untuned kernels)"
     print(f"{report.trials_run} trials this run, {report.trials_total} in total, "
@@ -253,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--rpc-key", metavar="KEY",
                     help="device key the RPC servers registered with "
                          "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
+    cost_model_cli.add_tune_flag(tu)
     tu.set_defaults(func=cmd_tune)
 
     c = sub.add_parser("compile", help="build a shared library from the logs, no tuning",
@@ -286,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     from . import logtools
     logtools.add_parser(sub)
+    cost_model_cli.add_parser(sub)
     return p
 
 

@@ -48,6 +48,7 @@ class TaskResult:
     weight: int        # how many times the model calls it
     trials: int        # measured in this run
     best_us: float | None  # best verified latency, all runs together
+    predicted: bool = False  # best record chosen by the cost model, not by measurement
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +203,7 @@ class _TuneState:
                     run_secs=secs, target=self.target, args_info=cand.args_info))
                 self.best[task_id] = median_us(secs)
                 self._keep_incumbent(task_id, build)
+                self.entry.get("predicted", {}).pop(task.task_name, None)  # measured now
                 break
             if verdict.error is None:
                 # Correct but no faster than the default loops: keep the default. The
@@ -223,6 +225,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          logs: str | Path, plan: FusionPlan | None = None, planner: str = "cost",
          progress: bool = True,
          seed: int = 0, trials_per_batch: int = 16,
+         cost_model: str | Path | None = None,
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
@@ -259,6 +262,11 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Measure candidates on the devices registered under ``rpc_key`` at the TVM RPC
         tracker ``HOST:PORT`` instead of on this machine. Verification of a new best
         still runs here, on the host.
+    cost_model : path or PretrainedCostModel, optional
+        A pretrained model (``tvm-fusion cost-model train``) used in place of
+        MetaSchedule's XGBoost model and updated with this run's measurements. With
+        it, a kernel left without a verified record gets the schedule the model ranks
+        best, verified against the default, marked ``predicted``.
 
     Returns
     -------
@@ -289,13 +297,23 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     state = _TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
                        progress=bar, manifest=manifest, entry=entry)
     entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
+    cm = None
+    if cost_model is not None:  # load (and fail) before any tuning
+        from ..costmodel import make_cost_model
+        cm = make_cost_model(cost_model, hw)
     write_manifest(tdir, manifest)
     interrupted = False
     if remaining > 0 and tasks:
         interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
-                                  trials_per_batch, space=space, runner=runner)
+                                  trials_per_batch, cost_model=cm, space=space,
+                                  runner=runner)
+    if cm is not None and tasks and not interrupted:
+        from ..costmodel.search import schedule_unmeasured
+        schedule_unmeasured(state, cm, tvm_target, seed=seed)
+        write_manifest(tdir, manifest)
     bar.close()
-    results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b)
+    results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b,
+                               predicted=t.task_name in entry.get("predicted", {}))
                     for t, n, b in zip(tasks, state.trials, state.best))
     return TuneReport(target=hw.name, logs=Path(logs), plan=plan,
                       trials_run=sum(state.trials), trials_total=entry["trials"],
@@ -326,7 +344,7 @@ def _allot(state, todo, remaining, per_batch) -> tuple[dict[int, int], int]:
 
 
 def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
-                space=None, runner=None) -> bool:
+                cost_model=None, space=None, runner=None) -> bool:
     """Run MetaSchedule over ``tasks`` for ``remaining`` trials; True if interrupted.
 
     Each round splits the trials left over the open tasks by their share of model
@@ -386,6 +404,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
                 max_trials_per_task=max(allot.values()), num_trials_per_iter=batch,
                 builder=ms.builder.LocalBuilder(timeout_sec=60, f_build=build_kernel),
                 runner=runner, database=candidates_db, measure_callbacks=callbacks,
+                cost_model=cost_model if cost_model is not None else "xgb",
                 task_scheduler=BudgetedRoundRobin(state.done))
             ran = {i: state.trials[i] - before[i] for i in todo}
             remaining -= sum(ran.values())

@@ -1,0 +1,208 @@
+"""The learned cost model: dataset, training, save/load, eval, and its use in tuning.
+
+The fixture under tests/data/costmodel/ is a slice of a stock MetaSchedule database
+measured on the development machine (x86_zen4): three kernels of the embedded model
+(matmul+add, matmul+sigmoid*mul, mean), 12 measured candidates each.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvm_fusion.cli import main
+from tvm_fusion.costmodel import (CostModelError, load_dataset, load_model, make_cost_model,
+                                  ranking_metrics, split_holdout, train_model)
+from tvm_fusion.targets import load_target
+
+FIXTURE = Path(__file__).parent / "data" / "costmodel"
+HW = "x86_zen4"
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    return load_dataset([FIXTURE], load_target(HW))
+
+
+@pytest.fixture(scope="module")
+def trained(dataset):
+    return train_model(dataset, rounds=40)
+
+
+def test_dataset_reads_every_record(dataset):
+    assert len(dataset) == 36
+    assert len(dataset.workloads) == 3
+    assert dataset.skipped == {}
+    assert dataset.counts.sum() == len(dataset.stores)
+    assert (dataset.latency_s > 0).all()
+
+
+def test_corrupt_lines_are_skipped_and_counted(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "db")
+    with open(tmp_path / "db" / "database_tuning_record.json", "a") as f:
+        f.write("[0, [not json\n")
+        f.write(json.dumps([0, [[[["NoSuchInstruction", [], [], []]], []], [1e-5],
+                                {"kind": "llvm"}, []]]) + "\n")
+        f.write(json.dumps([0, [[[], []], [1e10], {"kind": "llvm"}, []]]) + "\n")
+    with open(tmp_path / "db" / "database_workload.json", "a") as f:
+        f.write("garbage\n")
+    data = load_dataset([tmp_path], load_target(HW))
+    assert len(data) == 36
+    assert data.skipped["corrupt workload lines"] == 1
+    assert data.skipped["corrupt record lines"] + data.skipped.get("unreplayable traces", 0) == 2
+    assert data.skipped["failed measurements"] == 1
+
+
+def test_ranking_metrics_by_definition():
+    lat = np.array([1.0, 2.0, 4.0, 3.0, 1.0, 5.0])
+    wl = np.array(["a", "a", "a", "b", "b", "c"], dtype=object)
+    perfect = -lat
+    m = ranking_metrics(perfect, lat, wl)
+    assert m["pairwise_accuracy"] == 1.0 and m["pairs"] == 4
+    assert m["top1"] == 1.0 and m["top1_workloads"] == 2  # "c" has a single candidate
+    m = ranking_metrics(lat, lat, wl)  # exactly reversed
+    assert m["pairwise_accuracy"] == 0.0
+    # a: picks 4.0 (best 1.0) -> 0.25; b: picks 3.0 (best 1.0) -> 1/3
+    assert m["top1"] == pytest.approx((0.25 + 1 / 3) / 2)
+
+
+def test_train_save_load_eval_round_trip(dataset, trained, tmp_path):
+    m = trained.meta["metrics"]["train"]
+    assert m["pairwise_accuracy"] > 0.75  # it learned something on its own data
+    for suffix in (".json", ".ubj"):
+        path = trained.save(tmp_path / f"model{suffix}")
+        back = load_model(path)
+        np.testing.assert_allclose(back.predict(dataset), trained.predict(dataset), rtol=1e-6)
+        assert back.meta["feature_version"] == trained.meta["feature_version"]
+        assert back.meta["data"]["candidates"] == 36
+        assert back.train_workloads == frozenset(dataset.workloads)
+        assert back.evaluate(dataset) == pytest.approx(trained.evaluate(dataset))
+    assert not list(tmp_path.glob("*.pkl"))
+
+
+def test_holdout_leaves_workloads_out_of_training(dataset):
+    train, held = split_holdout(dataset, "0.34")
+    assert len(held.workloads) == 1 and len(train.workloads) == 2
+    assert not set(held.workloads) & set(train.workloads)
+    model = train_model(train, rounds=10, holdout=held)
+    assert model.meta["metrics"]["holdout"]["candidates"] == 12
+    assert set(model.meta["train_workloads"]) == set(train.workloads)
+    with pytest.raises(CostModelError, match="matches no database path"):
+        split_holdout(dataset, "no-such-model")
+
+
+def test_other_feature_version_is_a_clear_error(trained, tmp_path):
+    path = trained.save(tmp_path / "model.json")
+    side = tmp_path / "model.json.meta.json"
+    meta = json.loads(side.read_text())
+    meta["feature_version"] = 999
+    side.write_text(json.dumps(meta))
+    with pytest.raises(CostModelError, match="feature version 999.*Re-train"):
+        load_model(path)
+    side.unlink()
+    with pytest.raises(CostModelError, match="no sidecar"):
+        load_model(path)
+
+
+def test_cli_train_and_eval_on_unseen_workloads(tmp_path, capsys):
+    # Train on two of the three kernels, evaluate on the third.
+    db = tmp_path / "two"
+    db.mkdir()
+    wl = (FIXTURE / "database_workload.json").read_text().splitlines(keepends=True)
+    recs = [r for r in (FIXTURE / "database_tuning_record.json").read_text().splitlines(
+        keepends=True) if json.loads(r)[0] < 2]
+    (db / "database_workload.json").write_text("".join(wl))
+    (db / "database_tuning_record.json").write_text("".join(recs))
+    model = tmp_path / "m.json"
+    assert main(["cost-model", "train", "--logs", str(db), "--target", HW, "--rounds", "20",
+                 "-o", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "24 measured candidates of 2 workloads" in out
+    assert main(["cost-model", "eval", str(model), "--logs", str(FIXTURE),
+                 "--target", HW]) == 0
+    out = capsys.readouterr().out
+    assert "2 workloads were in the model's training set" in out
+    assert "evaluating on 1 held-out workloads" in out
+    assert "pairwise accuracy" in out and "over 66 pairs" in out
+    # every workload seen in training: nothing to evaluate, said plainly
+    assert main(["cost-model", "eval", str(model), "--logs", str(db), "--target", HW]) == 2
+    assert "was in" in capsys.readouterr().err
+
+
+def test_pretrained_cost_model_predicts_and_learns(dataset, trained):
+    """The MetaSchedule wrapper on real candidates: scores in (0, 1] in the model's
+    order, and an update boosts a copy on top of the pretrained trees."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_fusion.costmodel.dataset import _read_database
+
+    hw = load_target(HW)
+    recs = [r for _, r in _read_database(FIXTURE, {})]
+    wl = recs[0].workload
+    mine = [r for r in recs if r.workload.mod.same_as(wl.mod)][:8]
+    cands = [r.as_measure_candidate() for r in mine]
+    ctx = ms.TuneContext(mod=wl.mod, target=hw.tvm_target())
+    cm = make_cost_model(trained, hw, update_rounds=5)
+    pred = cm.predict(ctx, cands)
+    raw = cm.scores(ctx, cands)
+    assert pred.shape == (8,) and (pred > 0).all() and pred.max() == 1.0
+    assert (np.argsort(pred) == np.argsort(raw)).all()
+    before = trained.predict(dataset)
+    results = [ms.runner.RunnerResult(run_secs=[float(s) for s in r.run_secs], error_msg=None)
+               for r in mine]
+    cm.update(ctx, cands, results)
+    assert cm.updates == 1
+    assert cm.booster.num_boosted_rounds() == trained.booster.num_boosted_rounds() + 5
+    np.testing.assert_array_equal(trained.predict(dataset), before)  # pretrained untouched
+    failed = [ms.runner.RunnerResult(run_secs=None, error_msg="boom")] * len(cands)
+    cm.update(ctx, cands, failed)  # failed runs teach nothing
+    assert cm.updates == 1
+
+
+def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
+    """A tiny real tune with the pretrained model: the budget reaches only some kernels;
+    the others get the model's pick, verified, in the deployable database."""
+    import tvm_fusion as tf
+    from tvm_fusion.embedded import build_embedded_model
+    from tvm_fusion.tune.logs import open_database
+
+    hw = load_target("host")
+    model = tf.import_model(build_embedded_model(), name="embedded")
+    report = tf.tune(model, hw, trials=2, logs=tmp_path, progress=False,
+                     cost_model=make_cost_model(trained, hw))
+    assert report.trials_run == 2
+    unmeasured = [t for t in report.tasks if not t.trials]
+    assert unmeasured, "the budget reached every kernel; the test needs fewer trials"
+    manifest = json.loads((tmp_path / "host" / "manifest.json").read_text())
+    predicted = next(iter(manifest["models"].values())).get("predicted", {})
+    assert predicted, "no unmeasured kernel got a predicted schedule"
+    by_name = {t.name: t for t in report.tasks}
+    for name, info in predicted.items():
+        task = by_name[name]
+        assert task.predicted and task.best_us == pytest.approx(info["verify_us"])
+        assert info["verify_us"] < info["default_us"]  # accepted only when faster
+    # a kernel the budget never reached got one (a measured kernel whose candidates all
+    # lost to the default schedule may get one too)
+    assert any(t.name in predicted for t in unmeasured)
+    db = open_database(tmp_path / "host", create=False)
+    committed = {str(r.workload.mod["main"].attrs.get("global_symbol"))
+                 for r in db.get_all_tuning_records()}
+    assert len(db.get_all_tuning_records()) >= len(predicted) and committed
+
+
+def test_tune_cli_refuses_a_model_of_another_version(trained, tmp_path, capsys):
+    path = trained.save(tmp_path / "m.json")
+    side = tmp_path / "m.json.meta.json"
+    side.write_text(side.read_text().replace('"feature_version": 1', '"feature_version": 0'))
+    rc = main(["tune", "embedded", "--trials", "4", "--logs", str(tmp_path / "logs"),
+               "--quiet", "--cost-model", str(path)])
+    assert rc == 2
+    assert "feature version" in capsys.readouterr().err
+    assert not (tmp_path / "logs" / "host" / "candidates").exists()  # failed before tuning

@@ -1,0 +1,50 @@
+"""The learned cost model: features, a pretrained XGBoost ranker, its MetaSchedule wrapper.
+
+``train`` and ``eval`` are reached through ``tvm-fusion cost-model``; ``tune(...,
+cost_model=PATH)`` plugs a saved model into the search. Names are imported on first use,
+so the CLI does not pay for TVM and XGBoost before it needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Dataset": "dataset", "load_dataset": "dataset",
+    "FEATURE_VERSION": "features", "FeatureBuilder": "features", "feature_names": "features",
+    "CostModelError": "model", "RankModel": "model", "format_metrics": "model",
+    "load_model": "model", "ranking_metrics": "model", "split_holdout": "model",
+    "train_model": "model", "PretrainedCostModel": "ms_model",
+}
+__all__ = [*_EXPORTS, "make_cost_model"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_cost_model(model, hw, *, update_rounds: int = 30):
+    """A MetaSchedule cost model from a saved model path (or a loaded RankModel).
+
+    Parameters
+    ----------
+    model : path, RankModel or PretrainedCostModel (returned as it is)
+    hw : HardwareTarget
+        The hardware being tuned.
+    update_rounds : int
+        Rounds boosted on this run's measurements after each batch (0: frozen).
+
+    Returns
+    -------
+    PretrainedCostModel
+    """
+    from .model import RankModel, load_model
+    from .ms_model import PretrainedCostModel
+
+    if isinstance(model, PretrainedCostModel):
+        return model
+    if not isinstance(model, RankModel):
+        model = load_model(model)
+    return PretrainedCostModel(model, hw, update_rounds=update_rounds)

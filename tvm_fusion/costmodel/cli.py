@@ -1,0 +1,130 @@
+"""``tvm-fusion cost-model train|eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _target_of(logs: list[str], given: str | None):
+    """The hardware the records were measured on: --target, else the manifests' target."""
+    from ..targets import load_target
+
+    if given:
+        return load_target(given)
+    names = set()
+    for root in logs:
+        for m in Path(root).rglob("manifest.json"):
+            try:
+                names.add(json.loads(m.read_text())["target"]["name"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    if len(names) > 1:
+        from .model import CostModelError
+        raise CostModelError(f"the log directories hold records of several targets "
+                             f"{sorted(names)}; train per target, or pass --target")
+    return load_target(names.pop() if names else "host")
+
+
+def _load(args):
+    from ..tune.fast_import import import_tensor_intrinsics
+    from .dataset import load_dataset
+
+    import_tensor_intrinsics()  # replaying traces may need the tensor intrinsics
+    hw = _target_of(args.logs, args.target)
+    say = (lambda line: print(line, file=sys.stderr)) if args.verbose else None
+    data = load_dataset(args.logs, hw, progress=say)
+    print(f"{hw.name}: {data.summary()}")
+    return data
+
+
+def cmd_train(args) -> int:
+    from .model import DEFAULT_ROUNDS, format_metrics, split_holdout, train_model
+
+    data = _load(args)
+    held = None
+    if args.holdout:
+        data, held = split_holdout(data, args.holdout)
+        print(f"held out: {len(held)} candidates of {len(held.workloads)} workloads; "
+              f"training on {len(data)} candidates of {len(data.workloads)} workloads")
+    model = train_model(data, rounds=args.rounds or DEFAULT_ROUNDS, holdout=held, seed=args.seed)
+    path = model.save(args.output)
+    print(f"wrote {path} and {path.name}.meta.json")
+    print("training set:\n  " + format_metrics(model.meta["metrics"]["train"]).replace("\n", "\n  "))
+    if held is not None:
+        print("held-out workloads:\n  "
+              + format_metrics(model.meta["metrics"]["holdout"]).replace("\n", "\n  "))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    import numpy as np
+
+    from .model import CostModelError, format_metrics, load_model
+
+    model = load_model(args.model)
+    data = _load(args)
+    seen = model.train_workloads
+    mask = np.array([w not in seen for w in data.workload.tolist()], dtype=bool)
+    unseen = data.subset(mask)
+    print(f"{len(data.workloads) - len(unseen.workloads)} workloads were in the model's "
+          f"training set and are left out; evaluating on {len(unseen.workloads)} held-out "
+          f"workloads")
+    if not len(unseen):
+        raise CostModelError(f"every workload in {args.logs} was in {args.model}'s training "
+                             "set; evaluate on logs of a model it was not trained on")
+    print(format_metrics(model.evaluate(unseen)))
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Add ``cost-model`` with ``train`` and ``eval`` to the CLI's subparsers."""
+    cm = sub.add_parser("cost-model", help="train or evaluate the learned cost model",
+                        description="The pretrained XGBoost ranking model the tuner uses "
+                                    "with `tune --cost-model MODEL`.")
+    csub = cm.add_subparsers(dest="cm_command", metavar="ACTION", required=True)
+
+    def common(p):
+        p.add_argument("--logs", nargs="+", required=True, metavar="DIR",
+                       help="tuning log directories (tvm-fusion LOGS dirs or MetaSchedule "
+                            "work dirs; searched recursively for JSONDatabase files)")
+        p.add_argument("--target", default=None,
+                       help="hardware the records were measured on (default: the target "
+                            "in the logs' manifests, else host)")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="print each database as it is read")
+
+    tr = csub.add_parser("train", help="train a ranking model from tuning records",
+                         description="Replay every measured record, compute its features "
+                                     "and train an XGBoost ranker (one group per kernel). "
+                                     "Writes MODEL (.json or .ubj) and MODEL.meta.json.")
+    common(tr)
+    tr.add_argument("-o", "--output", required=True, metavar="MODEL",
+                    help="model file to write, .json or .ubj")
+    tr.add_argument("--holdout", metavar="FRACTION|PATH_PART",
+                    help="keep workloads out of training and report metrics on them: a "
+                         "fraction (0.2) of workloads at random, or a substring of database "
+                         "paths (ppocr-cls) to hold out one model's kernels")
+    tr.add_argument("--rounds", type=int, default=None,
+                    help="boosting rounds (default: the model's default)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.set_defaults(func=cmd_train)
+
+    ev = csub.add_parser("eval", help="ranking metrics of a model on held-out workloads",
+                         description="Pairwise ranking accuracy and top-1/top-5 peak score "
+                                     "(TenSet's definitions) on the workloads of --logs "
+                                     "that the model was not trained on.")
+    ev.add_argument("model", metavar="MODEL", help="a model written by `cost-model train`")
+    common(ev)
+    ev.set_defaults(func=cmd_eval)
+
+
+def add_tune_flag(p: argparse.ArgumentParser) -> None:
+    """The ``--cost-model`` flag of ``tune``."""
+    p.add_argument("--cost-model", metavar="MODEL", default=None,
+                   help="a pretrained model (`cost-model train`, or the one shipped in "
+                        "tuning_logs/<target>/) in place of MetaSchedule's XGBoost model; "
+                        "it keeps learning from this run's measurements, and kernels the "
+                        "budget does not reach get the schedule it ranks best (verified)")

@@ -1,0 +1,295 @@
+"""The pretrained ranking model: XGBoost trees over store rows, trained to rank.
+
+What matters to a schedule search is the order of candidates of one kernel, not their
+absolute latency, so the model learns to rank: a candidate's score is the sum of the
+trees' outputs over its store rows (as in MetaSchedule's own model), and training
+minimizes the pairwise logistic loss (RankNet / XGBoost's ``rank:pairwise``) between
+candidates of the same workload, ordered by measured latency. XGBoost's built-in
+ranking objectives score one row per item, so the loss is supplied as a custom
+objective that spreads each candidate's gradient over its rows.
+
+Saved as xgboost's own JSON (or UBJ) plus a sidecar ``MODEL.meta.json`` (schema, feature
+version, targets, data size, training workloads, metrics). Never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xgboost as xgb
+
+from ..errors import TvmFusionError
+from .dataset import Dataset
+from .features import FEATURE_VERSION, feature_names
+
+MODEL_SCHEMA = "tvm-fusion/costmodel"
+OBJECTIVE = "pairwise-logistic over summed store rows"
+DEFAULT_ROUNDS = 300
+DEFAULT_PARAMS = {
+    "eta": 0.05,
+    "max_depth": 6,
+    "min_child_weight": 2,
+    "subsample": 0.8,
+    "colsample_bytree": 0.8,
+    "base_score": 0.0,  # scores are sums over rows: no per-row offset
+    "tree_method": "hist",
+    "nthread": 2,
+}
+
+
+class CostModelError(TvmFusionError):
+    """A cost model file that cannot be used, or training data that cannot train one."""
+
+
+def _groups(workload: np.ndarray) -> list[np.ndarray]:
+    """Candidate indices of each workload with 2+ candidates."""
+    keys = workload.tolist()
+    by: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        by.setdefault(k, []).append(i)
+    return [np.array(v) for v in by.values() if len(v) > 1]
+
+
+def pairwise_objective(owner: np.ndarray, latency_s: np.ndarray, workload: np.ndarray):
+    """XGBoost custom objective: pairwise logistic loss of per-candidate summed scores.
+
+    For each workload, every pair (i faster than j) adds ``log(1 + exp(s_j - s_i))``,
+    normalized by the workload's pair count so that a kernel with 64 measured
+    candidates does not drown one with 4. Gradients reach every store row of a
+    candidate unchanged (the score is a plain sum).
+    """
+    groups = _groups(workload)
+    n = len(latency_s)
+
+    def obj(pred: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
+        s = np.bincount(owner, weights=pred, minlength=n)
+        g, h = np.zeros(n), np.zeros(n)
+        for gi in groups:
+            ss, lat = s[gi], latency_s[gi]
+            better = (lat[:, None] < lat[None, :]).astype(float)  # i faster than j
+            pairs = better.sum()
+            if not pairs:
+                continue
+            p = 1.0 / (1.0 + np.exp(-(ss[:, None] - ss[None, :])))
+            gij = -(1.0 - p) * better
+            hij = p * (1.0 - p) * better
+            scale = len(gi) / pairs
+            g[gi] += (gij.sum(1) - gij.sum(0)) * scale
+            h[gi] += (hij.sum(1) + hij.sum(0)) * scale
+        return g[owner], np.maximum(h, 1e-6)[owner]
+
+    return obj
+
+
+def candidate_scores(booster: xgb.Booster, stores: np.ndarray, counts: np.ndarray
+                     ) -> np.ndarray:
+    """Per-candidate scores: the booster's outputs summed over each candidate's rows."""
+    if not len(counts):
+        return np.zeros(0)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    pred = booster.predict(xgb.DMatrix(stores)) if len(stores) else np.zeros(0)
+    return np.bincount(owner, weights=pred, minlength=len(counts))
+
+
+def boost(params: dict, data: Dataset, rounds: int, base: xgb.Booster | None = None
+          ) -> xgb.Booster:
+    """Train ``rounds`` trees on ``data`` (on top of ``base`` when given)."""
+    return xgb.train(params, xgb.DMatrix(data.stores), num_boost_round=rounds,
+                     obj=pairwise_objective(data.owner, data.latency_s, data.workload),
+                     xgb_model=base)
+
+
+def ranking_metrics(scores: np.ndarray, latency_s: np.ndarray, workload: np.ndarray
+                    ) -> dict[str, Any]:
+    """TenSet's ranking metrics of ``scores`` (higher = predicted faster).
+
+    pairwise_accuracy: over all pairs of candidates of one workload with different
+    latencies, the share the scores order correctly. top{k}: mean over workloads of
+    (best throughput among the k highest-scored candidates) / (best throughput
+    measured); top-1 counts workloads with 2+ candidates, top-5 those with 6+ (a
+    workload with k or fewer candidates would score 1 whatever the model does).
+    """
+    right = total = 0
+    top: dict[int, list[float]] = {1: [], 5: []}
+    for key in np.unique(workload):
+        m = workload == key
+        s, lat = scores[m], latency_s[m]
+        n = len(lat)
+        if n < 2:
+            continue
+        ds = s[:, None] - s[None, :]
+        dl = lat[None, :] - lat[:, None]  # > 0 where row i is faster than column j
+        valid = np.triu(dl != 0, 1)
+        right += int(np.sum(valid & (np.sign(ds) == np.sign(dl))))
+        total += int(np.sum(valid))
+        rank = np.argsort(-s, kind="stable")
+        for k in top:
+            if n > k:
+                top[k].append(float(lat.min() / lat[rank[:k]].min()))
+    return {"pairwise_accuracy": right / total if total else float("nan"), "pairs": total,
+            "top1": float(np.mean(top[1])) if top[1] else float("nan"),
+            "top1_workloads": len(top[1]),
+            "top5": float(np.mean(top[5])) if top[5] else float("nan"),
+            "top5_workloads": len(top[5]), "candidates": int(len(latency_s))}
+
+
+def format_metrics(m: dict[str, Any]) -> str:
+    """The metrics as a few lines of text."""
+    return (f"pairwise accuracy {m['pairwise_accuracy']:.4f} over {m['pairs']} pairs\n"
+            f"top-1 peak score  {m['top1']:.4f} over {m['top1_workloads']} workloads "
+            f"(2+ candidates)\n"
+            f"top-5 peak score  {m['top5']:.4f} over {m['top5_workloads']} workloads "
+            f"(6+ candidates)\n"
+            f"{m['candidates']} candidates")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankModel:
+    """A trained ranking booster with its metadata (the sidecar's contents)."""
+
+    booster: xgb.Booster
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def train_workloads(self) -> frozenset[str]:
+        """Workload keys the model was trained on (excluded from held-out evaluation)."""
+        return frozenset(self.meta.get("train_workloads", ()))
+
+    def predict(self, data: Dataset) -> np.ndarray:
+        """Ranking scores of ``data``'s candidates: higher means predicted faster."""
+        if data.stores.shape[1] != len(feature_names()):
+            raise CostModelError(f"store rows have {data.stores.shape[1]} columns; this "
+                                 f"model (feature version {FEATURE_VERSION}) expects "
+                                 f"{len(feature_names())}")
+        return candidate_scores(self.booster, data.stores, data.counts)
+
+    def evaluate(self, data: Dataset) -> dict[str, Any]:
+        """:func:`ranking_metrics` of this model on ``data``."""
+        return ranking_metrics(self.predict(data), data.latency_s, data.workload)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the booster (``.json`` or ``.ubj``, by suffix) and ``PATH.meta.json``."""
+        path = Path(path)
+        if path.suffix not in (".json", ".ubj"):
+            raise CostModelError(f"model path {path} must end in .json or .ubj (xgboost's "
+                                 "own formats); got suffix {path.suffix!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(str(path))
+        sidecar(path).write_text(json.dumps(self.meta, indent=1, sort_keys=True) + "\n")
+        return path
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    """The metadata file beside a model file."""
+    path = Path(path)
+    return path.with_name(path.name + ".meta.json")
+
+
+def load_model(path: str | os.PathLike) -> RankModel:
+    """Load a model saved by :meth:`RankModel.save`, checking its feature version.
+
+    Raises
+    ------
+    CostModelError
+        Missing files, another schema, or another feature version.
+    """
+    path = Path(path)
+    meta_path = sidecar(path)
+    if not path.is_file():
+        raise CostModelError(f"cost model {path} does not exist; train one with "
+                             "`tvm-fusion cost-model train --logs DIR -o MODEL.json`")
+    if not meta_path.is_file():
+        raise CostModelError(f"cost model {path} has no sidecar {meta_path}; it is needed "
+                             "for the feature version. Re-train or restore the file")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as e:
+        raise CostModelError(f"{meta_path} is not valid JSON ({e})") from e
+    if meta.get("schema") != MODEL_SCHEMA:
+        raise CostModelError(f"{meta_path}: schema {meta.get('schema')!r}, expected "
+                             f"{MODEL_SCHEMA!r}")
+    if meta.get("feature_version") != FEATURE_VERSION:
+        raise CostModelError(
+            f"cost model {path} was trained with feature version "
+            f"{meta.get('feature_version')!r}, but this tvm-fusion computes feature version "
+            f"{FEATURE_VERSION}: its predictions would be meaningless. Re-train it from "
+            f"the tuning logs: `tvm-fusion cost-model train --logs DIR -o {path.name}`")
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(path))
+    except xgb.core.XGBoostError as e:
+        raise CostModelError(f"{path} is not an xgboost model: {str(e).splitlines()[0]}") from e
+    return RankModel(booster=booster, meta=meta)
+
+
+def split_holdout(data: Dataset, holdout: str) -> tuple[Dataset, Dataset]:
+    """Split ``data`` into (train, held out) by workload.
+
+    ``holdout`` is either a fraction (``"0.2"``: that share of workloads at random,
+    seeded) or a substring of database paths (``"ppocr-cls"``: every workload measured
+    in a matching database, i.e. one model's kernels). A held-out workload leaves the
+    training set entirely, also where another database measured it too.
+    """
+    keys = np.array(data.workloads, dtype=object)
+    try:
+        frac = float(holdout)
+    except ValueError:
+        frac = None
+    if frac is not None:
+        if not 0 < frac < 1:
+            raise CostModelError(f"--holdout fraction must be in (0, 1), got {frac}")
+        rng = np.random.default_rng(0)
+        held = set(rng.choice(keys, max(1, int(round(frac * len(keys)))), replace=False))
+    else:
+        held = {w for w, s in zip(data.workload.tolist(), data.source.tolist()) if holdout in s}
+        if not held:
+            raise CostModelError(f"--holdout {holdout!r} matches no database path; paths "
+                                 f"are: {sorted(set(data.source.tolist()))}")
+    mask = np.array([w in held for w in data.workload.tolist()])
+    return data.subset(~mask), data.subset(mask)
+
+
+def train_model(data: Dataset, *, rounds: int = DEFAULT_ROUNDS, params: dict | None = None,
+                holdout: Dataset | None = None, seed: int = 0) -> RankModel:
+    """Train a ranking model on ``data`` (metrics on ``holdout`` when given).
+
+    Parameters
+    ----------
+    data : Dataset
+        Training rows; workloads with a single candidate carry no pair and are ignored
+        by the ranking objective.
+    rounds : int
+        Boosting rounds.
+    params : dict, optional
+        XGBoost parameters over :data:`DEFAULT_PARAMS`.
+    holdout : Dataset, optional
+        Workloads kept out of training; their metrics go into the sidecar.
+    seed : int
+        XGBoost's seed.
+    """
+    if len(data) < 2 or len(data.workloads) == len(data):
+        raise CostModelError(f"training needs workloads with 2+ measured candidates; got "
+                             f"{data.summary()}. Tune with more trials first")
+    p = {**DEFAULT_PARAMS, **(params or {}), "seed": seed}
+    booster = boost(p, data, rounds)
+    model = RankModel(booster=booster, meta={})
+    metrics = {"train": model.evaluate(data)}
+    if holdout is not None and len(holdout):
+        metrics["holdout"] = model.evaluate(holdout)
+    meta = {
+        "schema": MODEL_SCHEMA, "feature_version": FEATURE_VERSION,
+        "features": len(feature_names()), "targets": sorted(set(data.targets)),
+        "objective": OBJECTIVE, "params": p, "rounds": rounds,
+        "data": {"candidates": len(data), "workloads": len(data.workloads),
+                 "databases": sorted(set(data.source.tolist())), "skipped": data.skipped,
+                 "holdout_candidates": len(holdout) if holdout is not None else 0,
+                 "holdout_workloads": len(holdout.workloads) if holdout is not None else 0},
+        "train_workloads": sorted(data.workloads), "metrics": metrics,
+        "xgboost": xgb.__version__,
+    }
+    return RankModel(booster=booster, meta=meta)
