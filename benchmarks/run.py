@@ -48,6 +48,10 @@ def parse_args(argv):
     p.add_argument("--logs", type=Path, default=None,
                    help="shipped tvm-fusion logs (a directory holding <target>/) for the "
                         "from-logs row; default: the logs the tvm-fusion row just wrote")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the tvm-fusion logs already in --out/work and tune only up to "
+                        "--trials (re-times a finished run without re-tuning; stock "
+                        "MetaSchedule always starts afresh)")
     p.add_argument("--list", action="store_true", help="list the models and whether each runs")
     p.add_argument("--systems", default=",".join(DEFAULT_KEYS),
                    help=f"comma-separated subset of: {', '.join(KEYS)} (others are shown "
@@ -133,7 +137,7 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
         f"{entry['floor_ms']:.4f} ms")
     ctx = Context(model=model, inputs=inputs, hw=hw, trials=args.trials,
                   work=out / "work" / name, logs=args.logs,
-                  ms_builder_timeout=args.ms_builder_timeout)
+                  ms_builder_timeout=args.ms_builder_timeout, resume=args.resume)
     names = labels(args.trials)
     rows = [Row(key, names[key]) for key in KEYS]
 

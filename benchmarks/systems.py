@@ -98,6 +98,7 @@ class Context:
     logs: Path | None                # --logs: shipped tvm-fusion logs
     ms_builder_timeout: float | None
     fusion_logs: Path | None = None  # set by the tvm-fusion row
+    resume: bool = False             # --resume: keep tvm-fusion logs of an earlier run
 
 
 def short_reason(err: BaseException) -> str:
@@ -314,7 +315,12 @@ def _fresh(path: Path) -> Path:
 def prepare_fusion(ctx: Context, row: Row, *, planner: str = "cost"):
     import tvm_fusion
 
-    logs = _fresh(ctx.work / f"tvm-fusion-logs-{planner}")
+    logs = ctx.work / f"tvm-fusion-logs-{planner}"
+    if ctx.resume and logs.is_dir():
+        # tune() resumes up to the total budget: a finished run tunes nothing more.
+        row.notes.append(f"resumed from {logs}: tuning time is this run's only")
+    else:
+        _fresh(logs)
     t0 = time.monotonic()
     if planner == "cost":
         ctx.fusion_logs = logs
