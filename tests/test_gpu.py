@@ -297,3 +297,13 @@ def test_predict_best_picks_by_the_cost_model_alone(embedded):
                                       hw, FewestSharedBytes(), count=4, seed=0)
     assert len(scores) >= 2 and len(set(scores)) >= 2, scores
     assert score == max(scores) and shared(sch) == -score
+
+
+@needs_nvcc
+def test_fp16_embedded_builds_even_where_a_dlight_rule_crashes(embedded):
+    # dlight's Matmul rule asserts on the fp16 conv + cast epilogue; the next rule takes it
+    hw = tf.load_target("a100")
+    kernels = build_cuda_kernels(apply_precision(embedded, "fp16"), hw)
+    conv = [k for k in kernels if k.name.startswith("fused_conv2d_")]
+    assert len(conv) == 1 and conv[0].entries
+    assert all(k.entries and not k.violations for k in kernels), [k.violations for k in kernels]
