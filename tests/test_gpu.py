@@ -307,3 +307,20 @@ def test_fp16_embedded_builds_even_where_a_dlight_rule_crashes(embedded):
     conv = [k for k in kernels if k.name.startswith("fused_conv2d_")]
     assert len(conv) == 1 and conv[0].entries
     assert all(k.entries and not k.violations for k in kernels), [k.violations for k in kernels]
+
+
+def test_h200_script_is_ready_to_run():
+    """The prepared H200 run: its device command fits the tool, its table renders rows
+    and errors alike (the run itself needs the GPU machine)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("h200", ROOT / "benchmarks" / "h200.py")
+    h200 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(h200)
+    cmd = h200.device_command()
+    assert len(cmd) < 2000 and "--out $OUT" in cmd and ".whl/tvm.tar.xz" in cmd
+    rows = [{"model": "embedded", "system": "torch eager", "ms": 0.05, "rel_err": 0.0},
+            {"model": "embedded", "system": "tvm-fusion tuned", "error": "RuntimeError: x"}]
+    table = h200.results_table(rows, {"gpu": "NVIDIA H200", "torch": "2.11", "tvm": "0.27"})
+    assert "| embedded | torch eager | 0.0500 |" in table
+    assert "| embedded | tvm-fusion tuned | - | - | RuntimeError: x |" in table
