@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import tvm_fusion as tf  # noqa: E402
 from tvm_fusion.embedded import build_embedded_model  # noqa: E402
 from tvm_fusion.errors import LogError, PlanError  # noqa: E402
-from tvm_fusion.explore import compare_targets, draw_plan  # noqa: E402
+from tvm_fusion.explore import compare_targets, draw_plan, open_logs  # noqa: E402
 from tvm_fusion.explore.tuning import (kernel_results, plot_roofline,  # noqa: E402
                                        plot_tuning_curves, read_records, tuning_curve)
 from tvm_fusion.plan import FusionPlan  # noqa: E402
@@ -118,6 +118,14 @@ def test_kernel_results_and_curve_read_what_tuning_measured(model, tuned, tmp_pa
     assert len(curve.trials) == len(records) and curve.trials[0] == 1
     assert all(b <= a + 1e-12 for a, b in zip(curve.est_ms, curve.est_ms[1:]))
     assert curve.tasks == len(kernels) and curve.est_ms[-1] > 0
+
+    # The log view lists each kernel with its best verified time.
+    view = open_logs(logs)
+    best = view.best_us()["host"]
+    for t in report.tasks:
+        if t.best_us is not None:
+            assert best[t.name] == pytest.approx(t.best_us, rel=0.2)  # mean vs median
+    assert all(t.name in view._repr_html_() for t in report.tasks if t.best_us is not None)
 
     plot_tuning_curves([curve]).savefig(tmp_path / "curve.png")
     plot_roofline(kernels, "host").savefig(tmp_path / "roof.png")

@@ -9,6 +9,7 @@ skipped here (``tvm-fusion logs validate`` is the tool that reports them).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import statistics
 from dataclasses import dataclass
@@ -221,23 +222,35 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
                       ) -> TuningCurve:
     """Tune ``model`` with stock TVM (FuseOps + MetaSchedule) and return its curve.
 
-    The baseline for :func:`plot_tuning_curves`: TVM's own task extraction, search and
-    budget policy, unchanged, with ``trials`` in all. The one knob turned is the
-    builder timeout: TVM's default 30 s is shorter than its builder workers' start-up
-    on a 2-core machine, where every build would time out.
+    The baseline for :func:`plot_tuning_curves`: TVM's own task extraction, search,
+    cost model and budget policy, unchanged, with ``trials`` in all. One thing differs
+    from a stock run: the builder function. MetaSchedule's default builder imports
+    ``tvm.s_tir.tensor_intrin`` in every worker of every batch (25 s on a quiet 2-core
+    machine, longer than its 30 s timeout under load, so every build fails); ours
+    compiles the same scheduled module with the same ``tvm.tirx.build`` and skips that
+    import (see ``tvm_fusion.tune.fast_import``). The schedules measured are the same.
     """
     from tvm.s_tir import meta_schedule as ms
 
     from .. import load_target
     from ..tune.ms_compat import plain_task_tables
 
+    from ..tune.fast_import import build_kernel, import_tensor_intrinsics
+
     plain_task_tables()
+    import_tensor_intrinsics()
     hw = target if hasattr(target, "tvm_target") else load_target(target)
     tvm_target = hw.tvm_target()
-    ms.relax_integration.tune_relax(
-        _stock_module(model, tvm_target), params={}, target=tvm_target,
-        work_dir=str(work_dir), max_trials_global=trials,
-        builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout))
+    # MetaSchedule sets its loggers' levels itself when tuning starts; silence INFO
+    # globally for the call (its per-batch task table would flood the notebook).
+    logging.disable(logging.INFO)
+    try:
+        ms.relax_integration.tune_relax(
+            _stock_module(model, tvm_target), params={}, target=tvm_target,
+            work_dir=str(work_dir), max_trials_global=trials,
+            builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout, f_build=build_kernel))
+    finally:
+        logging.disable(logging.NOTSET)
     return metaschedule_curve(model, hw, work_dir)
 
 
