@@ -1,12 +1,27 @@
-"""GPU targets: CUDA kernels built and resource-checked with nvcc, ROCm schedules checked in TIR."""
+"""GPU targets: CUDA kernels built and resource-checked with nvcc, ROCm schedules checked in TIR.
+
+No GPU is needed for any of it::
+
+    from tvm_fusion.gpu import build_cuda_kernels, raise_on_violations
+    kernels = build_cuda_kernels(model, "a100")      # plan, dlight schedules, nvcc -Xptxas -v
+    for k in kernels:
+        print(k.name, k.registers, k.shared_bytes)   # per thread / per block, from ptxas
+    # MI250X: this TVM cannot build ROCm code; the scheduled TIR is checked instead
+    from tvm_fusion.gpu.tir_check import schedule_and_check
+    mod, violations = schedule_and_check(model, "mi250x")
+
+``check_schedule`` / ``resource_check_postproc`` reject an over-limit schedule before it
+is measured; ``precision.apply_precision(model, "fp16")`` is ``--precision fp16``;
+``sample.predict_best`` picks a schedule by a cost model's prediction alone.
+"""
 
 from .cuda import (CudaKernel, GpuToolchainError, KernelResources, build_cuda_kernels,
                    cuda_source, default_gpu_schedule, find_nvcc, nvcc_compile,
                    parse_ptxas_report, sass)
 from .limits import (GpuLimits, ResourceLimitError, check_kernel, check_schedule,
-                     resource_check_postproc)
+                     raise_on_violations, resource_check_postproc)
 
 __all__ = ["CudaKernel", "GpuLimits", "GpuToolchainError", "KernelResources",
            "ResourceLimitError", "build_cuda_kernels", "check_kernel", "check_schedule",
            "cuda_source", "default_gpu_schedule", "find_nvcc", "nvcc_compile",
-           "parse_ptxas_report", "resource_check_postproc", "sass"]
+           "parse_ptxas_report", "raise_on_violations", "resource_check_postproc", "sass"]
