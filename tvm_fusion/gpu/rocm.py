@@ -3,8 +3,10 @@
 Building a ROCm kernel takes three things: TVM's AMDGPU code generator
 (``target.build.rocm``, LLVM with the AMDGPU backend), a ROCm installation for the
 device bitcode libraries and ``ld.lld`` that link the code object (``$ROCM_PATH``,
-``hipcc`` on ``PATH`` or ``/opt/rocm``), and, to run it, TVM's ROCm runtime (a TVM built with ``USE_ROCM=ON``:
-``tvm.runtime.enabled("rocm")``). The pip TVM has the first only.
+``hipcc`` on ``PATH`` or ``/opt/rocm``), and, to run it, TVM's ROCm runtime (a TVM
+built with ``USE_ROCM=ON``: ``tvm.runtime.enabled("rocm")``). The pip TVM has the
+first only: its LLVM has the AMDGPU backend, but there is no ROCm runtime and no ROCm
+installation on this machine.
 """
 
 from __future__ import annotations
