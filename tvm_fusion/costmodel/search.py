@@ -42,9 +42,10 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
     strategy = ms.search_strategy.EvolutionarySearch(
         population_size=population, init_min_unmeasured=min(population, 64),
         genetic_num_iters=2, eps_greedy=0.0)
+    # cloned, as MetaSchedule does per task: a space generator is bound to one context
     ctx = ms.TuneContext(mod=mod, target=target, space_generator=space_generator,
                          search_strategy=strategy, task_name=task_name, num_threads=1,
-                         rand_state=seed)
+                         rand_state=seed).clone()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     ctx.pre_tuning(max_trials=count, num_trials_per_iter=count,
                    design_spaces=ctx.generate_design_space(),
@@ -60,12 +61,14 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
 
 
 def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: int = 3,
-                        seed: int = 0) -> list[PredictedPick]:
+                        seed: int = 0, space_generator="post-order-apply"
+                        ) -> list[PredictedPick]:
     """Give every task of a tuning run that has no verified record the model's best pick.
 
     ``state`` is the driver's tuning state (tasks, best latencies, verifier, databases,
     manifest entry). A committed pick is recorded in the manifest entry under
-    ``"predicted"`` with its verification timing.
+    ``"predicted"`` with its verification timing. ``space_generator`` is the design
+    space the run tuned in.
     """
     from ..tune.fast_import import import_tensor_intrinsics
 
@@ -77,7 +80,7 @@ def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: 
         mod = task.dispatched[0]
         try:
             ranked = rank_candidates(mod, target, cost_model, task_name=task.task_name,
-                                     seed=seed + i)
+                                     space_generator=space_generator, seed=seed + i)
         except Exception as e:  # a design space MetaSchedule cannot generate: keep the default
             picks.append(PredictedPick(task=task.task_name, accepted=False, tried=0,
                                        candidates=0, us=None, default_us=None,

@@ -275,6 +275,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     t0 = time.monotonic()
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     tvm_target = hw.tvm_target()
+    cm = None
+    if cost_model is not None:  # load (and fail) before any planning or tuning
+        from ..costmodel import make_cost_model
+        cm = make_cost_model(cost_model, hw)
     space = _resolve_space(search_space, tvm_target)
     runner = make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)  # fails before tuning
     graph = build_graph(model.mod)
@@ -297,10 +301,6 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     state = _TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
                        progress=bar, manifest=manifest, entry=entry)
     entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
-    cm = None
-    if cost_model is not None:  # load (and fail) before any tuning
-        from ..costmodel import make_cost_model
-        cm = make_cost_model(cost_model, hw)
     write_manifest(tdir, manifest)
     interrupted = False
     if remaining > 0 and tasks:
@@ -309,7 +309,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                                   runner=runner)
     if cm is not None and tasks and not interrupted:
         from ..costmodel.search import schedule_unmeasured
-        schedule_unmeasured(state, cm, tvm_target, seed=seed)
+        schedule_unmeasured(state, cm, tvm_target, seed=seed, space_generator=(
+            space_generator(space, tvm_target) if space is not None else "post-order-apply"))
         write_manifest(tdir, manifest)
     bar.close()
     results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b,
