@@ -164,6 +164,8 @@ def test_pretrained_cost_model_predicts_and_learns(dataset, trained):
     failed = [ms.runner.RunnerResult(run_secs=None, error_msg="boom")] * len(cands)
     cm.update(ctx, cands, failed)  # failed runs teach nothing
     assert cm.updates == 1
+    with pytest.warns(UserWarning, match="extrapolation"):  # an Ice Lake socket is not Zen 4
+        make_cost_model(trained, load_target("x86_avx512"))
 
 
 def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):

@@ -47,4 +47,22 @@ def make_cost_model(model, hw, *, update_rounds: int = 30):
         return model
     if not isinstance(model, RankModel):
         model = load_model(model)
+    _warn_if_unseen_hardware(model, hw)
     return PretrainedCostModel(model, hw, update_rounds=update_rounds)
+
+
+def _warn_if_unseen_hardware(model, hw) -> None:
+    import warnings
+
+    import numpy as np
+
+    from .features import hardware_features
+
+    seen = np.array(model.meta.get("hardware_rows", []), dtype=np.float64)
+    row = hardware_features(hw).astype(np.float64)
+    if len(seen) and not np.any(np.all(np.abs(seen - row) <= 0.05 * np.abs(row) + 1e-3,
+                                       axis=1)):
+        warnings.warn(f"the cost model was trained on {model.meta.get('targets')}, whose "
+                      f"hardware differs from {hw.name!r}: its ranking there is an "
+                      "extrapolation (it still learns from this run's measurements)",
+                      stacklevel=3)

@@ -25,7 +25,7 @@ import xgboost as xgb
 
 from ..errors import TvmFusionError
 from .dataset import Dataset
-from .features import FEATURE_VERSION, feature_names
+from .features import FEATURE_VERSION, HW_NAMES, feature_names
 
 MODEL_SCHEMA = "tvm-fusion/costmodel"
 OBJECTIVE = "pairwise-logistic over summed store rows"
@@ -290,6 +290,8 @@ def train_model(data: Dataset, *, rounds: int = DEFAULT_ROUNDS, params: dict | N
                  "holdout_candidates": len(holdout) if holdout is not None else 0,
                  "holdout_workloads": len(holdout.workloads) if holdout is not None else 0},
         "train_workloads": sorted(data.workloads), "metrics": metrics,
+        # the hardware rows it learned from, so a user tuning other hardware is told
+        "hardware_rows": np.unique(data.stores[:, -len(HW_NAMES):], axis=0).tolist(),
         "xgboost": xgb.__version__,
     }
     return RankModel(booster=booster, meta=meta)
