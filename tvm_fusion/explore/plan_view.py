@@ -88,6 +88,13 @@ def _layout(plan) -> dict[int, tuple[float, float, int]]:
     return pos
 
 
+def _figsize(pos: dict) -> tuple[float, float]:
+    xs = [p[0] for p in pos.values()] or [0.0]
+    ys = [p[1] for p in pos.values()] or [0.0]
+    return (min(18.0, 2.0 + 0.5 * (max(xs) - min(xs) + 1)),
+            min(40.0, 1.5 + 0.45 * (max(ys) - min(ys) + 1)))
+
+
 def draw_plan(plan, ax=None):
     """Draw ``plan``'s operator graph with its kernels as coloured clusters.
 
@@ -114,12 +121,8 @@ def draw_plan(plan, ax=None):
     pos = {n: (x, y) for n, (x, y, _) in placed.items()}
     group_of = plan.group_of()
     colour = _colours(plan)
-    xs = [p[0] for p in pos.values()] or [0.0]
-    ys = [p[1] for p in pos.values()] or [0.0]
     if ax is None:
-        width = min(18.0, 2.0 + 0.5 * (max(xs) - min(xs) + 1))
-        height = min(40.0, 1.5 + 0.45 * (max(ys) - min(ys) + 1))
-        fig, ax = plt.subplots(figsize=(width, height))
+        fig, ax = plt.subplots(figsize=_figsize(pos))
     fig = ax.figure
     for gi, g in enumerate(plan.groups):
         if len(g.nodes) < 2:
@@ -178,16 +181,15 @@ def plan_svg(plan) -> str | None:
     if n > MAX_DRAWN_NODES or (not plan.edges and n > 1):
         return None
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         return None
-    fig = draw_plan(plan)
+    # A bare Figure, not pyplot's: no backend switch, and Jupyter's inline backend does
+    # not show it a second time as a PNG.
+    fig = Figure(figsize=_figsize(layout(plan)))
+    draw_plan(plan, ax=fig.subplots())
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
     text = buf.getvalue()
     return text[text.find("<svg"):]
 

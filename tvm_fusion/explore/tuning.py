@@ -65,11 +65,11 @@ class KernelResult:
 class TuningCurve:
     """Estimated model latency after each trial: sum over kernels of best so far x calls.
 
-    A tuner measures kernels in turn, so early on most have no measurement. Until its
-    first valid one, a kernel counts with that first measurement (its first random
-    schedule): the curve then starts from "every kernel with one random schedule" and
-    only goes down. ``complete[i]`` is False while some kernel was not yet measured.
-    ``unmeasured`` kernels never got a valid measurement and are not in the sum.
+    A tuner measures kernels in turn, so early on most have no measurement. A kernel
+    not measured yet counts with its default schedule's latency, timed here (``baseline``
+    True, the default; the curve starts at the untuned model), else with its first
+    measurement. ``complete[i]`` is False while some kernel was not yet measured;
+    ``unmeasured`` kernels never were (with no baseline they are left out of the sum).
     """
 
     label: str
@@ -78,6 +78,7 @@ class TuningCurve:
     complete: tuple[bool, ...]
     tasks: int
     unmeasured: int = 0
+    baseline: bool = False
 
 
 def read_records(db_dir: str | Path) -> tuple[list[str], list[tuple[int, list[float]]]]:
@@ -105,18 +106,27 @@ def _valid(secs: list[float]) -> bool:
     return bool(secs) and max(secs) < _FAILED_S
 
 
-def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str) -> TuningCurve:
-    """The curve of a MetaSchedule database whose tasks have ``weights`` (hash -> calls)."""
+def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str,
+                       default_us: dict[str, float] | None = None) -> TuningCurve:
+    """The curve of a MetaSchedule database whose tasks have ``weights`` (hash -> calls).
+
+    ``default_us`` (hash -> default-schedule latency) gives not-yet-measured kernels
+    their untuned time; without it they count with their first measurement.
+    """
     hashes, records = read_records(db_dir)
     runs = []
     for idx, secs in records:
         h = hashes[idx] if 0 <= idx < len(hashes) else None
         runs.append((h, statistics.median(secs)) if h in weights and _valid(secs) else None)
-    first: dict[str, float] = {}
-    for run in runs:
-        if run is not None:
-            first.setdefault(*run)
-    best = dict(first)
+    if default_us:
+        start = {h: default_us[h] * 1e-6 for h in weights if h in default_us}
+    else:
+        start = {}
+        for run in runs:
+            if run is not None:
+                start.setdefault(*run)
+    measured = {run[0] for run in runs if run is not None}
+    best = dict(start)
     seen: set[str] = set()
     trials, est, complete = [], [], []
     for i, run in enumerate(runs, start=1):
@@ -124,13 +134,36 @@ def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str) 
             h, lat = run
             best[h] = min(best[h], lat) if h in seen else lat
             seen.add(h)
-        if first:
+        if best:
             trials.append(i)
             est.append(sum(best[k] * weights[k] for k in best) * 1e3)
-            complete.append(len(seen) == len(first))
+            complete.append(len(seen) == len(measured))
     return TuningCurve(label=label, trials=tuple(trials), est_ms=tuple(est),
                        complete=tuple(complete), tasks=len(weights),
-                       unmeasured=len(weights) - len(first))
+                       unmeasured=len(weights) - len(measured), baseline=bool(default_us))
+
+
+def default_latencies(tasks, target) -> dict[str, float]:
+    """Structural hash -> latency (us) of each task's kernel with no schedule at all.
+
+    What a kernel costs before tuning touches it: built as it comes out of lowering,
+    timed with TVM's time evaluator (median of 5 repeats of at least 10 ms).
+    """
+    import numpy as np
+    import tvm
+    import tvm_ffi
+
+    dev = tvm.cpu()
+    out = {}
+    for t in tasks:
+        mod = t.dispatched[0]
+        func = mod[mod.get_global_vars()[0]]
+        lib = tvm.tirx.build(mod, target=target)
+        args = [tvm.runtime.tensor(np.zeros([int(d) for d in b.shape], dtype=str(b.dtype)), dev)
+                for b in func.params]
+        timer = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=5, min_repeat_ms=10)
+        out[str(tvm_ffi.structural_hash(mod))] = float(np.median(timer(*args).results)) * 1e6
+    return out
 
 
 def _tuned_tasks(model, target, logs):
@@ -201,10 +234,16 @@ def kernel_results(model, target, logs) -> list[KernelResult]:
     return out
 
 
-def tuning_curve(model, target, logs, *, label: str = "tvm-fusion") -> TuningCurve:
-    """The tuning curve of ``model`` from every candidate its log measured, in order."""
-    _, tdir, _, tasks = _tuned_tasks(model, target, logs)
-    return curve_from_records(tdir / "candidates", _weights(tasks), label)
+def tuning_curve(model, target, logs, *, label: str = "tvm-fusion", baseline: bool = True
+                 ) -> TuningCurve:
+    """The tuning curve of ``model`` from every candidate its log measured, in order.
+
+    ``baseline``: time each kernel's default schedule here so that kernels not yet
+    measured count with it (a few seconds; see :class:`TuningCurve`).
+    """
+    hw, tdir, _, tasks = _tuned_tasks(model, target, logs)
+    default = default_latencies(tasks, hw.tvm_target()) if baseline else None
+    return curve_from_records(tdir / "candidates", _weights(tasks), label, default)
 
 
 def _stock_module(model, tvm_target):
@@ -254,8 +293,8 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     return metaschedule_curve(model, hw, work_dir)
 
 
-def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedule"
-                       ) -> TuningCurve:
+def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedule",
+                       baseline: bool = True) -> TuningCurve:
     """The tuning curve of stock MetaSchedule from its ``work_dir`` database.
 
     For a model tuned with TVM's own ``relax_integration.tune_relax`` (or the
@@ -269,7 +308,8 @@ def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedul
     hw = target if hasattr(target, "tvm_target") else load_target(target)
     tvm_target = hw.tvm_target()
     tasks = ms.relax_integration.extract_tasks(_stock_module(model, tvm_target), tvm_target)
-    return curve_from_records(work_dir, _weights(tasks), label)
+    default = default_latencies(tasks, tvm_target) if baseline else None
+    return curve_from_records(work_dir, _weights(tasks), label, default)
 
 
 def plot_tuning_curves(curves, ax=None):
@@ -285,17 +325,19 @@ def plot_tuning_curves(curves, ax=None):
         if not c.trials:
             continue
         missing = f", {c.unmeasured} never measured" if c.unmeasured else ""
+        if c.unmeasured and c.baseline:
+            missing += ": default schedule"
         line, = ax.plot(c.trials, c.est_ms, label=f"{c.label} ({c.tasks} kernels{missing})")
         partial = [(t, e) for t, e, ok in zip(c.trials, c.est_ms, c.complete) if not ok]
         if partial:
             ax.plot(*zip(*partial), ls=":", color=line.get_color(), lw=3)
     ax.set_yscale("log")
     ax.set_xlabel("trials (measured candidates)")
-    ax.set_ylabel("estimated model latency, ms\n(sum of best kernels x calls)")
+    ax.set_ylabel("estimated model latency, ms\n(sum of kernels' best x calls)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("tuning curve (dotted: some kernels have only their first, random "
-                 "schedule yet)", fontsize=9)
+    ax.set_title("tuning curve: kernels not yet measured count with their default "
+                 "schedule\n(dotted: some kernels not measured yet)", fontsize=9)
     ax.figure.tight_layout()
     return ax.figure
 

@@ -1,0 +1,92 @@
+"""Notebook views of a learned cost model: its metrics, and predicted against measured."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .plan_view import _esc, _table
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties broken by order; fine for a picture and for rho)."""
+    r = np.empty(len(x))
+    r[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return r / max(len(x) - 1, 1)
+
+
+def rank_correlation(scores: np.ndarray, latency_s: np.ndarray, workload: np.ndarray
+                     ) -> float:
+    """Mean over workloads (2+ candidates) of Spearman's rho of score vs throughput."""
+    rhos, sizes = [], []
+    for key in np.unique(workload):
+        m = workload == key
+        if m.sum() < 3:
+            continue
+        a, b = _ranks(scores[m]), _ranks(-latency_s[m])
+        if a.std() == 0 or b.std() == 0:
+            continue
+        rhos.append(float(np.corrcoef(a, b)[0, 1]))
+        sizes.append(int(m.sum()))
+    return float(np.average(rhos, weights=sizes)) if rhos else float("nan")
+
+
+def plot_predicted_vs_measured(model, data, ax=None, *, title: str = ""):
+    """Each candidate at (predicted rank, measured speed) within its workload.
+
+    x: the candidate's rank among its workload's candidates by the model's score (1 =
+    predicted fastest); y: its measured throughput relative to the workload's best
+    (1 = the fastest measured). A perfect ranker puts the points on the diagonal. The
+    title gives Spearman's rank correlation (mean over workloads) and the pairwise
+    accuracy.
+
+    Parameters
+    ----------
+    model : tvm_fusion.costmodel.RankModel
+    data : tvm_fusion.costmodel.Dataset
+        Preferably workloads held out from the model's training.
+    """
+    import matplotlib.pyplot as plt
+
+    scores = model.predict(data)
+    lat, wl = data.latency_s, data.workload
+    xs, ys = [], []
+    for key in np.unique(wl):
+        m = wl == key
+        if m.sum() < 2:
+            continue
+        xs.extend(_ranks(scores[m]).tolist())
+        ys.extend((lat[m].min() / lat[m]).tolist())
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.scatter(xs, ys, s=14, alpha=0.5, color="#4c72b0", edgecolor="none")
+    ax.plot([0, 1], [0, 1], color="#888", ls="--", lw=1)
+    metrics = model.evaluate(data)
+    rho = rank_correlation(scores, lat, wl)
+    ax.set_xlabel("predicted rank within workload (0 = slowest, 1 = fastest)")
+    ax.set_ylabel("measured throughput / best of workload")
+    ax.set_title((title + "\n" if title else "") + f"Spearman rho {rho:.3f}, pairwise "
+                 f"accuracy {metrics['pairwise_accuracy']:.3f},\ntop-1 peak "
+                 f"{metrics['top1']:.3f} over {len(np.unique(wl))} workloads", fontsize=9)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def cost_model_html(model) -> str:
+    """A cost model's sidecar as tables: data, and metrics per split."""
+    meta = model.meta
+    data = meta.get("data", {})
+    head = (f"<div><b>Cost model</b> ({_esc(meta.get('objective', '?'))}), feature version "
+            f"{_esc(meta.get('feature_version'))}, {_esc(meta.get('features'))} features, "
+            f"{_esc(meta.get('rounds'))} rounds; targets {_esc(', '.join(meta.get('targets', [])))}"
+            f"; trained on {_esc(data.get('candidates'))} candidates of "
+            f"{_esc(data.get('workloads'))} workloads, {_esc(data.get('holdout_workloads', 0))}"
+            " workloads held out</div>")
+    rows = []
+    for split, m in meta.get("metrics", {}).items():
+        rows.append([split, f"{m['pairwise_accuracy']:.4f}", m["pairs"], f"{m['top1']:.4f}",
+                     m["top1_workloads"], f"{m['top5']:.4f}", m["top5_workloads"]])
+    return head + _table(["split", "pairwise accuracy", "pairs", "top-1 peak", "workloads",
+                          "top-5 peak", "workloads"], rows, align_right=(1, 2, 3, 4, 5, 6))
