@@ -170,6 +170,8 @@ print(f"tvm-fusion {ours_ms:.3f} ms, ONNX Runtime {ort_ms:.3f} ms (this machine,
 def build(cells) -> nbformat.NotebookNode:
     nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src)
                              for kind, src in cells])
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"cell-{i:02d}"  # stable ids: regenerating gives no spurious diff
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
