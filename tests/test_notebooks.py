@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 
 def test_the_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_fusion_plans.ipynb", "02_tune_and_deploy.ipynb"} <= names, names
+    assert {"01_fusion_plans.ipynb", "02_tune_and_deploy.ipynb", "03_cost_model.ipynb"} <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -30,6 +30,7 @@ def test_notebook_is_committed_without_outputs(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("TVM_FUSION_NB_TRIALS", "8")
+    monkeypatch.setenv("TVM_FUSION_NB_ROUNDS", "50")
     monkeypatch.setenv("TVM_FUSION_JIT_CACHE", str(tmp_path / "jit"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [str(path.parents[1]), os.environ.get("PYTHONPATH")])))

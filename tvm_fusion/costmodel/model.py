@@ -172,6 +172,11 @@ class RankModel:
         """:func:`ranking_metrics` of this model on ``data``."""
         return ranking_metrics(self.predict(data), data.latency_s, data.workload)
 
+    def _repr_html_(self) -> str:
+        from ..explore.cost_view import cost_model_html
+
+        return cost_model_html(self)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Write the booster (``.json`` or ``.ubj``, by suffix) and ``PATH.meta.json``."""
         path = Path(path)
