@@ -91,3 +91,75 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     assert model["curves"]["tvm-fusion"]["records"] == TRIALS
     assert model["curves"]["metaschedule"]["records"] >= 1
     assert "builder batches" in table[names[MS]]["notes"]
+
+
+def _pretrained_table(md: str) -> dict[str, dict[str, str]]:
+    """The table of RESULTS-pretrained.md: system label -> {column: cell}."""
+    from benchmarks.pretrained import COLUMNS as P_COLUMNS
+
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == list(P_COLUMNS), header
+    rows = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip().strip("|").split(" | ")]
+        assert len(cells) == len(P_COLUMNS), ln
+        rows[cells[0]] = dict(zip(P_COLUMNS, cells))
+    return rows
+
+
+def test_pretrained_benchmark_smoke(tmp_path):
+    """benchmarks/pretrained.py at tiny budgets: every row runs, is checked and timed.
+
+    Stock MetaSchedule's builder gets a 1 s timeout (shorter than its workers' start-up,
+    see the module docstring): its builds all time out fast and its rows are FuseOps'
+    unscheduled kernels, which is enough to check the structure and keeps the test near
+    three minutes on 2 loaded cores; the tuned path is the smoke run in
+    benchmarks/README.md.
+    """
+    from benchmarks.pretrained import DEFAULT_COST_MODEL, JSON_NAME as P_JSON, MD_NAME as P_MD
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # A missing cost model is a clear error before any work, not a traceback.
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.pretrained", "--model",
+                           "embedded", "--cost-model", str(tmp_path / "none.json"),
+                           "--out", str(tmp_path / "none")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "none").exists()
+    if not DEFAULT_COST_MODEL.is_file():
+        import pytest
+        pytest.skip(f"the shipped cost model {DEFAULT_COST_MODEL} does not exist")
+
+    out = tmp_path / "pretrained"
+    cmd = [sys.executable, "-m", "benchmarks.pretrained", "--model", "embedded",
+           "--per-task", "1,2", "--ms-per-task", "2", "--out", str(out),
+           "--rounds", "2", "--slot-ms", "100", "--ms-builder-timeout", "1"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    data = json.loads((out / P_JSON).read_text())
+    table = _pretrained_table((out / P_MD).read_text())
+    n = data["settings"]["n_tasks"]
+    assert n > 0
+    assert list(table) == ["ONNX Runtime (CPU EP, reference)", "MetaSchedule (2/task)",
+                           "MetaSchedule (same total as ours at 1/task)",
+                           "tvm-fusion + pretrained model (1/task)",
+                           "tvm-fusion + pretrained model (2/task)"], list(table)
+    for label, cells in table.items():
+        assert cells["status"] == "ok", (label, cells)
+        assert float(cells["max rel err"]) <= 1e-4, (label, cells)
+        assert float(cells["median ms"]) > 0, (label, cells)
+    ours1 = table["tvm-fusion + pretrained model (1/task)"]
+    ours2 = table["tvm-fusion + pretrained model (2/task)"]
+    assert table["MetaSchedule (2/task)"]["total trials"] == str(2 * n)
+    assert table["MetaSchedule (2/task)"]["x MetaSchedule-64"] == "1.00"
+    assert table["MetaSchedule (same total as ours at 1/task)"]["total trials"] == str(n)
+    assert ours1["total trials"] == str(n) and ours2["total trials"] == str(2 * n)
+    # cumulative: the second budget resumes the first's logs, its wall time includes it
+    assert 0 < float(ours1["tuning wall s"]) <= float(ours2["tuning wall s"])
+    rows = {(r["key"], r["extra"].get("per_task")): r for r in data["rows"]}
+    assert rows[("tvm-fusion-pretrained", 2)]["extra"]["total_trials"] == 2 * n
+    assert any(s.startswith("trials per task ours needs to come within 5% of "
+                            "MetaSchedule's result: ") for s in data["summary"])
+    assert "trials per task ours needs" in proc.stdout  # the table is printed too
