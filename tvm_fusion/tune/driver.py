@@ -28,7 +28,7 @@ from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
-from .ms_compat import plain_task_tables
+from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
@@ -391,6 +391,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
             # it in the files under candidates/logs and show our progress bar instead.
             # (Its logger set-up resets the level on every call, so set it every round.)
             logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+            drop_unnamed_handlers()
             strategy = ms.search_strategy.EvolutionarySearch(
                 population_size=64, init_min_unmeasured=16, genetic_num_iters=1)
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(

@@ -1,4 +1,5 @@
-"""MetaSchedule behaviour we turn off: its pandas task table inside Jupyter.
+"""MetaSchedule behaviour we work around: its pandas task table inside Jupyter, and its
+logger set-up crashing on a handler that has no name.
 
 In a Jupyter kernel MetaSchedule's task scheduler renders its per-task table with pandas
 after every batch (``s_tir.meta_schedule.using_ipython``). pandas is not a dependency of
@@ -23,3 +24,19 @@ def plain_task_tables() -> None:
     tvm_ffi.register_global_func("s_tir.meta_schedule.using_ipython", lambda: False,
                                  override=True)
     _done = True
+
+
+def drop_unnamed_handlers() -> None:
+    """Detach handlers without a name from MetaSchedule's logger before it sets up its own.
+
+    MetaSchedule rebuilds its loggers with ``logging.config.dictConfig`` from the names
+    of the handlers already attached, and crashes (``'NoneType' object has no attribute
+    'format'``) on one without a name, such as pytest's log capture or a handler a user
+    added. dictConfig would replace them anyway; dropping them first avoids the crash.
+    """
+    import logging
+
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(logger.handlers):
+        if handler.get_name() is None:
+            logger.removeHandler(handler)
