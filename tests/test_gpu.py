@@ -240,6 +240,18 @@ def test_compile_mi250x_without_rocm_says_what_is_missing(tmp_path):
     assert "Traceback" not in err and not (tmp_path / "m.so").exists()
 
 
+def test_tune_for_a_gpu_this_machine_lacks_is_refused_before_tuning(tmp_path):
+    import tvm
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA GPU")
+    proc = _cli("tune", "embedded", "--target", "a100", "--trials", "4", "--logs", tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "this machine has none" in proc.stderr and "tvm-fusion compile" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("database_tuning_record.json"))  # nothing measured
+
+
 @needs_nvcc
 def test_compile_a100_builds_cuda_kernels_and_fp16_needs_a_gpu_target(tmp_path):
     out = tmp_path / "m.so"

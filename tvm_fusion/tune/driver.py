@@ -32,7 +32,8 @@ from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
-from .measure import NEAR_TIE, device_type, make_runner, median_us, remeasure
+from .measure import (NEAR_TIE, check_local_device, device_type, make_runner, median_us,
+                      remeasure)
 from .progress import Progress
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
@@ -279,6 +280,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if cost_model is not None:  # load (and fail) before any planning or tuning
         from ..costmodel import make_cost_model
         cm = make_cost_model(cost_model, hw)
+    check_local_device(tvm_target, hw.name)
     space = _resolve_space(search_space, tvm_target)
     runner = make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)  # fails before tuning
     graph = build_graph(model.mod)

@@ -50,6 +50,26 @@ def device_type(target) -> str:
     return {"llvm": "cpu"}.get(kind, kind)
 
 
+def check_local_device(target, name: str) -> None:
+    """Refuse to tune for a device this machine does not have.
+
+    Candidates may be measured remotely, but every new best is verified here against
+    the unscheduled kernel, so the device must be present on this machine. Without
+    this check a GPU tune on a CPU-only machine measured nothing and said "untuned".
+    """
+    import tvm
+
+    kind = device_type(target)
+    if kind == "cpu":
+        return
+    if not tvm.device(kind, 0).exist:
+        raise MeasureError(
+            f"tuning for target {name} measures and verifies kernels on a {kind} device, "
+            f"and this machine has none (tvm.device({kind!r}, 0).exist is False). Tune on "
+            f"a machine with that GPU; here, `tvm-fusion plan` and `tvm-fusion compile` "
+            f"work for {name} (kernels without a record get default schedules)")
+
+
 def parse_tracker(text: str) -> tuple[str, int]:
     """``HOST:PORT`` -> (host, port), with a clear error for anything else."""
     host, sep, port = text.rpartition(":")
