@@ -23,7 +23,7 @@ from ..graph import OpGraph
 from .baseline import kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
-from .legality import GroupGraph, violation
+from .legality import GroupGraph, gpu_violation, violation
 from .op_info import graph_info, node_name
 
 EPS_US = 1e-6  # a merge must save more than this to be made
@@ -38,7 +38,15 @@ class CostPlanner:
         self.graph, self.hw = graph, hw
         self.infos = graph_info(graph)
         self.model = cost_model or AnalyticalCostModel(graph, hw, self.infos)
+        # the rules need the analytical model's facts even when a learned model costs
+        self.rules = (self.model if isinstance(self.model, AnalyticalCostModel)
+                      else AnalyticalCostModel(graph, hw, self.infos))
         self.gg = GroupGraph(graph)
+
+    def violation(self, nodes) -> str | None:
+        """Why ``nodes`` may not be one kernel on this target (None: they may)."""
+        return (violation(self.graph, self.infos, nodes)
+                or gpu_violation(self.rules, nodes))
 
     def cost(self, nodes) -> GroupCost:
         return self.model.group_cost(nodes)
@@ -48,7 +56,7 @@ class CostPlanner:
         gids = self.gg.closure(a, b)
         nodes = frozenset().union(*(self.gg.members[g] for g in gids))
         parts = [self.cost(self.gg.members[g]) for g in sorted(gids)]
-        bad = violation(self.graph, self.infos, nodes)
+        bad = self.violation(nodes)
         return gids, bad, (None if bad else self.cost(nodes)), parts
 
     def _push(self, heap, a, b):
@@ -94,7 +102,7 @@ class CostPlanner:
         src = gg.group_of[nid]
         rest = gg.members[src] - {nid}
         target = frozenset({nid}) | (gg.members[dest] if dest is not None else frozenset())
-        if dest is not None and violation(self.graph, self.infos, target):
+        if dest is not None and self.violation(target):
             return False
         before = self._total([src] + ([dest] if dest is not None else []))
         after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)

@@ -9,6 +9,12 @@ Rules over every edge ``p -> c`` inside a group (roles from :mod:`.op_info`):
   score path: GEMM then softmax over its rows);
 - ``c`` a contraction: never (a GEMM/conv takes no fused prologue).
 
+On GPU targets a group must also stay one kernel under TVM's default GPU schedule
+(dlight): :func:`gpu_violation` refuses the groups :func:`~tvm_fusion.plan.cost.
+gpu_resources` labels ``split`` (a GEMM/conv with a reduction after it: GEMM + softmax,
+GEMM + layer norm, conv + global mean), which dlight emits as several plain-loop kernels,
+so the fusion the cost model counted on would not happen.
+
 Per group: at most one contraction and one reduction, no opaque op, at most
 ``MAX_GROUP_OPS`` operators. Merges are made over the group graph (the quotient of the
 op graph by the current partition) and take the convex closure of the two groups: every
@@ -51,6 +57,29 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
                 return (f"an injective op cannot follow a {prole} in one kernel "
                         f"({names([p])} -> {names([c])})")
     return None
+
+
+def gpu_violation(model, members) -> str | None:
+    """Why ``members`` would not stay one kernel on a GPU target, or None.
+
+    Parameters
+    ----------
+    model : AnalyticalCostModel
+        Of the graph and the target (CPU targets: always None).
+    members : iterable of int
+    """
+    from .cost import gpu_resources
+
+    if model.hw.family == "cpu":
+        return None
+    res = gpu_resources(model, members)
+    if res.schedule != "split":
+        return None
+    names = ", ".join(node_name(model.graph.nodes[n]) for n in sorted(members)
+                      if model.infos[n].role in ("contraction", "reduction"))
+    return (f"dlight (the default {model.hw.family} schedule) cannot keep {names} in one "
+            f"kernel: a GEMM/conv followed by a reduction is split into at least "
+            f"{res.kernels} plain-loop kernels")
 
 
 class GroupGraph:
