@@ -3,7 +3,10 @@
 Each group of two or more operators becomes a Relax function marked ``Primitive``
 (exactly what FuseOps emits), then TVM's FuseTIR merges its call_tirs into one PrimFunc.
 Any partition works, not only FuseOps' own, as long as every group is convex (no path
-leaves a group and comes back into it).
+leaves a group and comes back into it). A group of independent siblings (several
+unconnected parts) gets one loop nest (:func:`~tvm_fusion.plan.horizontal.
+merge_sibling_nests`); its parts' outputs are returned as a tuple, like any
+multi-output group.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import heapq
 
 import tvm
 from tvm import relax
+from tvm.s_tir.schedule import ScheduleError
 
 from ..errors import PlanError
 from ..graph import OpGraph
 from ..graph.op_graph import _is_call_tir
 from .fusion_plan import FusionPlan
+from .horizontal import components, merge_sibling_nests
 
 
 def check_plan(graph: OpGraph, plan: FusionPlan) -> None:
@@ -179,4 +184,11 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
     ])(out)
+    for g in plan.groups:
+        if len(g.nodes) > 1 and len(components(graph, g.nodes)) > 1:
+            gv = out.get_global_var(g.name)
+            try:
+                out[gv] = merge_sibling_nests(out[gv])
+            except ScheduleError:  # a hand-made group: keep its nests (correct, not merged)
+                pass
     return out

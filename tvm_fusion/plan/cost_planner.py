@@ -3,7 +3,9 @@
 1. Start from one group per operator.
 2. Priority fusion: every producer -> consumer pair of groups is a candidate merge
    (with the convex closure: the groups on any other path between them join too, which
-   covers diamonds and multi-consumer producers). Its saving is the predicted time of
+   covers diamonds and multi-consumer producers), and so is every pair of independent
+   sibling groups reading a common producer's result (:mod:`.horizontal`: one loop nest
+   reads it once, one launch). Its saving is the predicted time of
    the parts minus that of the merged kernel (:mod:`.cost`). Repeatedly take the largest
    saving; candidates are re-scored lazily when they surface (a merge elsewhere can
    change them) and re-generated around each new group. Merges that break a fusion rule
@@ -23,6 +25,7 @@ from ..graph import OpGraph
 from .baseline import kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
+from .horizontal import components, shared_inputs, sibling_violation
 from .legality import GroupGraph, gpu_violation, violation
 from .op_info import graph_info, node_name
 
@@ -46,25 +49,44 @@ class CostPlanner:
     def violation(self, nodes) -> str | None:
         """Why ``nodes`` may not be one kernel on this target (None: they may)."""
         return (violation(self.graph, self.infos, nodes)
-                or gpu_violation(self.rules, nodes))
+                or gpu_violation(self.rules, nodes)
+                or sibling_violation(self.rules, nodes))
 
     def cost(self, nodes) -> GroupCost:
         return self.model.group_cost(nodes)
 
-    def evaluate(self, a: int, b: int):
-        """(gids, violation, fused cost, parts' costs) of merging ``a`` into ``b``."""
-        gids = self.gg.closure(a, b)
+    def evaluate(self, a: int, b: int, sibling: bool = False):
+        """(gids, violation, fused cost, parts' costs) of merging ``a`` into ``b``
+        (``sibling``: ``a`` and ``b`` are independent readers of a common tensor)."""
+        gids = {a, b} if sibling else self.gg.closure(a, b)
         nodes = frozenset().union(*(self.gg.members[g] for g in gids))
         parts = [self.cost(self.gg.members[g]) for g in sorted(gids)]
         bad = self.violation(nodes)
         return gids, bad, (None if bad else self.cost(nodes)), parts
 
-    def _push(self, heap, a, b):
-        _, bad, fused, parts = self.evaluate(a, b)
+    def independent(self, a: int, b: int) -> bool:
+        """Whether no path of groups joins ``a`` and ``b`` (either way)."""
+        return not self.gg.reaches(a, b) and not self.gg.reaches(b, a)
+
+    def siblings(self, gid: int | None = None) -> list[tuple[int, int]]:
+        """Independent pairs of groups that read a common producer's result (those with
+        ``gid`` only, when given)."""
+        gg, pairs = self.gg, set()
+        for node in self.graph.nodes:
+            readers = sorted({gg.group_of[u] for u in gg.users[node.id]}
+                             - {gg.group_of[node.id]})
+            for i, a in enumerate(readers):
+                for b in readers[i + 1:]:
+                    if gid in (None, a, b) and (a, b) not in pairs and self.independent(a, b):
+                        pairs.add((a, b))
+        return sorted(pairs)
+
+    def _push(self, heap, a, b, sibling=False):
+        _, bad, fused, parts = self.evaluate(a, b, sibling)
         if bad is None:
             saving = sum(p.total_us for p in parts) - fused.total_us
             if saving > EPS_US:
-                heapq.heappush(heap, (-saving, a, b))
+                heapq.heappush(heap, (-saving, a, b, sibling))
 
     def priority_fusion(self) -> int:
         """Make every profitable merge, largest saving first; return how many."""
@@ -72,18 +94,22 @@ class CostPlanner:
         heap: list = []
         for a, b in self.gg.edges():
             self._push(heap, a, b)
+        for a, b in self.siblings():
+            self._push(heap, a, b, True)
         while heap:
-            _, a, b = heapq.heappop(heap)
+            _, a, b, sibling = heapq.heappop(heap)
             if a not in self.gg.members or b not in self.gg.members:
                 continue
-            gids, bad, fused, parts = self.evaluate(a, b)
+            if sibling and not self.independent(a, b):  # a merge elsewhere joined them
+                continue
+            gids, bad, fused, parts = self.evaluate(a, b, sibling)
             if bad is not None:
                 continue
             saving = sum(p.total_us for p in parts) - fused.total_us
             if saving <= EPS_US:
                 continue
             if heap and saving < -heap[0][0] - EPS_US:  # stale score: re-queue
-                heapq.heappush(heap, (-saving, a, b))
+                heapq.heappush(heap, (-saving, a, b, sibling))
                 continue
             new = self.gg.merge(gids)
             merges += 1
@@ -91,6 +117,8 @@ class CostPlanner:
                 self._push(heap, p, new)
             for s in self.gg.succ(new):
                 self._push(heap, new, s)
+            for x, y in self.siblings(new):
+                self._push(heap, x, y, True)
         return merges
 
     def _total(self, gids) -> float:
@@ -103,6 +131,8 @@ class CostPlanner:
         rest = gg.members[src] - {nid}
         target = frozenset({nid}) | (gg.members[dest] if dest is not None else frozenset())
         if dest is not None and self.violation(target):
+            return False
+        if rest and self.violation(rest):  # e.g. siblings left without a shared nest
             return False
         before = self._total([src] + ([dest] if dest is not None else []))
         after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)
@@ -169,7 +199,26 @@ class CostPlanner:
             out.append(RejectedMerge(
                 ops=self._names(nodes), fused_us=fused.total_us, unfused_us=unfused,
                 decided_by=term, reason=f"fusing is predicted slower: {text}"))
+        for a, b in self.siblings():  # sibling merges not made
+            gids, bad, fused, parts = self.evaluate(a, b, sibling=True)
+            nodes = self.gg.members[a] | self.gg.members[b]
+            note = self._sibling_note(self.gg.members[a], self.gg.members[b])
+            if bad is not None:
+                out.append(RejectedMerge(ops=self._names(nodes), fused_us=None,
+                                         unfused_us=sum(p.total_us for p in parts),
+                                         reason=f"{note}; not fusable: {bad}",
+                                         decided_by="fusion rule"))
+                continue
+            term, text = explain_terms(fused, parts, accepted=False)
+            out.append(RejectedMerge(
+                ops=self._names(nodes), fused_us=fused.total_us,
+                unfused_us=sum(p.total_us for p in parts), decided_by=term,
+                reason=f"{note}; fusing is predicted slower: {text}"))
         return out
+
+    def _sibling_note(self, a, b) -> str:
+        shared = ", ".join(node_name(self.graph.nodes[n]) for n in shared_inputs(self.graph, a, b))
+        return f"siblings reading {shared} (one loop nest)"
 
     def describe(self, *, planner: str) -> FusionPlan:
         """The current partition as a :class:`FusionPlan` with every reason."""
@@ -184,6 +233,10 @@ class CostPlanner:
                 term, text = explain_terms(fused, parts, accepted=True)
                 reason = (f"fused: {fused.total_us:.2f} us as one kernel vs {unfused:.2f} us "
                           f"as {len(nodes)}; {text}")
+                comps = components(self.graph, nodes)
+                if len(comps) > 1:
+                    note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])
+                    reason = f"{note}; {reason}"
             else:
                 mine = [r for r in rejected if names[0] in r.ops]
                 term = mine[0].decided_by if mine else "no neighbour"

@@ -133,6 +133,18 @@ class GroupGraph:
                     stack.append(p)
         return back | {a}
 
+    def reaches(self, a: int, b: int) -> bool:
+        """Whether a path of groups leads from ``a`` to ``b``."""
+        seen, stack = {a}, [a]
+        while stack:
+            for s in self.succ(stack.pop()):
+                if s == b:
+                    return True
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
+
     def merge(self, gids) -> int:
         """Replace ``gids`` by one group; return its id."""
         nodes = frozenset().union(*(self.members.pop(g) for g in gids))
