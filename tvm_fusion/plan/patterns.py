@@ -1,0 +1,161 @@
+"""The pattern library: names for the canonical chains a fused group can be.
+
+Patterns name groups, they do not make them: the planner fuses by predicted time, then
+:func:`match_pattern` reads the group's operators in topological order as a sequence of
+stages (``Conv``, ``BN``, ``Bias``, ``Residual``, an activation, ``Scale``, a pooling,
+``Softmax``...) and names the chain when every operator belongs to a stage. Families:
+
+==========================  =====================================================
+family                      example chains (as legalized by TVM)
+==========================  =====================================================
+Conv-BN-activation          Conv-BN-ReLU, Conv-BN-Residual-HardSwish, Conv-Bias-ReLU6
+MatMul-Bias-activation      MatMul-Bias-GELU, MatMul-Bias-SiLU, MatMul-Bias-HardSwish
+LayerNorm                   Bias-Residual-LayerNorm, MatMul-Bias-Residual-LayerNorm
+Softmax                     Softmax, MatMul-Bias-Softmax (a classifier head)
+attention score path        MatMul-Scale-Mask-Softmax
+squeeze-excite gate         Conv-Bias-HardSigmoid-Scale (the gate times the features)
+==========================  =====================================================
+
+Operators are recognised by their PrimFunc's base name (``add3`` -> ``add``, ``tir_clip``
+-> ``clip``) and by structure (an ``add`` of a constant is a bias; of two full-size
+tensors, computed or model inputs, a residual; of a broadcast tensor, a mask).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tvm
+
+from ..graph import OpGraph
+from ..graph.op_graph import call_tir_bindings
+
+FAMILIES = ("Conv-BN-activation", "MatMul-Bias-activation", "LayerNorm", "Softmax",
+            "attention score path", "squeeze-excite gate")
+_CLIP = (("clip",), ("maximum", "minimum"))
+_ACT_SEQS = {  # stage -> op sequences; the first item of a HardSwish is the "+ 3"
+    "HardSwish": [("add", *c, *t) for c in _CLIP
+                  for t in (("divide", "multiply"), ("multiply", "divide"))],
+    "HardSigmoid": [("multiply", "add", *c) for c in _CLIP]
+                   + [("add", *c, "divide") for c in _CLIP],
+    "GELU": [("divide", "erf", "add", "multiply", "multiply"),
+             ("multiply", "erf", "add", "multiply", "multiply")],
+    "SiLU": [("sigmoid", "multiply")],
+    "BN": [("subtract", "divide", "multiply", "add")],
+}
+_SINGLE = {"relu": "ReLU", "clip": "ReLU6", "sigmoid": "Sigmoid", "tanh": "Tanh",
+           "softmax": "Softmax", "layer_norm": "LayerNorm", "max_pool2d": "MaxPool",
+           "avg_pool2d": "AvgPool", "reshape": "Reshape", "transpose": "Transpose"}
+_ANCHORS = {"conv1d": "Conv", "conv2d": "Conv", "conv3d": "Conv", "matmul": "MatMul",
+            "dense": "MatMul", "batch_matmul": "MatMul"}
+_NAMED_ALONE = ("Softmax", "LayerNorm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatternMatch:
+    """A group read as a chain of stages.
+
+    Attributes
+    ----------
+    stages : tuple of str
+        ``("Conv", "BN", "HardSwish")``.
+    family : str
+        One of :data:`FAMILIES`, or ``""`` for a chain outside them.
+    """
+
+    stages: tuple[str, ...]
+    family: str
+
+    @property
+    def name(self) -> str:
+        """``attention score path (MatMul-Scale-Mask-Softmax)``, or the chain itself."""
+        chain = "-".join(self.stages)
+        return f"{self.family} ({chain})" if self.family in FAMILIES[4:] else chain
+
+
+def base_op(op: str) -> str:
+    """``add3`` -> ``add``, ``tir_clip`` -> ``clip``, ``conv2d1`` -> ``conv2d``."""
+    op = op.removeprefix("tir_")
+    return op if re.fullmatch(r"conv\dd", op) else re.sub(r"(?<=[a-z_])\d+$", "", op)
+
+
+_CONSTANT_READERS: dict[str, frozenset] = {}
+
+
+def _reads_constant(graph: OpGraph) -> frozenset:
+    """Ids of the nodes with a constant operand (a weight, a bias), cached per graph."""
+    key = graph.signature
+    if key not in _CONSTANT_READERS:
+        _CONSTANT_READERS[key] = frozenset(
+            i for i, b in enumerate(call_tir_bindings(graph.mod))
+            if any(isinstance(a, tvm.ir.Constant) for a in b.value.args[1].fields))
+    return _CONSTANT_READERS[key]
+
+
+def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] | None:
+    """The stage starting at ``nodes[i]`` and how many operators it takes, or None."""
+    ops = [base_op(graph.nodes[n].op) for n in nodes]
+    for stage, seqs in _ACT_SEQS.items():
+        for seq in seqs:
+            if tuple(ops[i:i + len(seq)]) == seq:
+                return stage, len(seq)
+    op, node = ops[i], graph.nodes[nodes[i]]
+    const = nodes[i] in _reads_constant(graph)
+    nxt = ops[i + 1] if i + 1 < len(ops) else ""
+    if op in _ANCHORS:
+        return _ANCHORS[op], 1
+    full = node.bytes_read >= 2 * node.bytes_written  # two operands of the output's size
+    if op == "add":
+        return ("Bias" if const else "Residual" if full else "Mask"), 1
+    if op in ("divide", "multiply"):
+        # by a constant or an immediate: 1 / sqrt(d) of attention scores; by a tensor
+        # after a stage: a gate times the features (squeeze-excite after a sigmoid)
+        return ("Scale", 1) if stages or const or not full else None
+    if op == "mean":
+        shape = node.shape
+        pool = len(shape) == 4 and shape[2] == shape[3] == 1
+        return ("GlobalAvgPool" if pool else "Mean"), 1
+    if op == "clip" or (op, nxt) == ("maximum", "minimum"):
+        return "ReLU6", 1 if op == "clip" else 2
+    if op in _SINGLE:
+        return _SINGLE[op], 1
+    return None
+
+
+def _family(stages: tuple[str, ...]) -> str:
+    acts = {"ReLU", "ReLU6", "HardSwish", "HardSigmoid", "GELU", "SiLU", "Sigmoid", "Tanh"}
+    if "MatMul" in stages and "Softmax" in stages and {"Scale", "Mask"} & set(stages):
+        return "attention score path"
+    gate = [k for k, s in enumerate(stages) if s in ("HardSigmoid", "Sigmoid")]
+    if gate and "Scale" in stages[gate[0]:]:
+        return "squeeze-excite gate"
+    if "LayerNorm" in stages:
+        return "LayerNorm"
+    if "Softmax" in stages:
+        return "Softmax"
+    if stages[0] == "Conv" and (acts | {"BN", "Bias", "Residual"}) & set(stages[1:]):
+        return "Conv-BN-activation"
+    if stages[0] == "MatMul" and (acts | {"Bias"}) & set(stages[1:]):
+        return "MatMul-Bias-activation"
+    return ""
+
+
+def match_pattern(graph: OpGraph, nodes) -> PatternMatch | None:
+    """Read the group ``nodes`` as a chain of stages; None when an operator fits none.
+
+    Single operators are matched only when the library names them (Softmax,
+    LayerNorm).
+    """
+    nodes = sorted(nodes)
+    stages: list[str] = []
+    i = 0
+    while i < len(nodes):
+        found = _stage(graph, nodes, i, stages)
+        if found is None:
+            return None
+        stages.append(found[0])
+        i += found[1]
+    if len(nodes) == 1 and stages[0] not in _NAMED_ALONE:
+        return None
+    return PatternMatch(stages=tuple(stages), family=_family(tuple(stages)))
