@@ -24,8 +24,16 @@ from .fusion_plan import FusionPlan
 from .horizontal import components, merge_sibling_nests
 
 
+DUPLICABLE_KINDS = ("elemwise", "broadcast", "injective")  # cheap to recompute
+
+
 def check_plan(graph: OpGraph, plan: FusionPlan) -> None:
-    """Raise :class:`PlanError` unless ``plan`` partitions exactly ``graph``'s nodes."""
+    """Raise :class:`PlanError` unless ``plan`` covers exactly ``graph``'s nodes.
+
+    Every node is in at least one group; a node in several groups (a duplicated
+    producer, recomputed by each) must be elementwise, broadcast or injective, and
+    appear at most once per group.
+    """
     if plan.graph_signature != graph.signature:
         raise PlanError(
             f"the plan was made for graph {plan.graph_signature}, this model's graph is "
@@ -33,12 +41,16 @@ def check_plan(graph: OpGraph, plan: FusionPlan) -> None:
             "Re-plan (and re-tune) for this model.")
     seen = [n for g in plan.groups for n in g.nodes]
     want = {n.id for n in graph.nodes}
-    if sorted(seen) != sorted(want):
+    twice = sorted({n for g in plan.groups for n in g.nodes if g.nodes.count(n) > 1})
+    costly = sorted({n for n in seen if seen.count(n) > 1 and n in want
+                     and graph.nodes[n].kind not in DUPLICABLE_KINDS})
+    if set(seen) != want or twice or costly:
         extra = sorted(set(seen) - want)
-        dup = sorted({n for n in seen if seen.count(n) > 1})
         missing = sorted(want - set(seen))
-        raise PlanError(f"the plan does not partition the graph's {len(want)} nodes: "
-                        f"missing {missing[:10]}, duplicated {dup[:10]}, unknown {extra[:10]}")
+        raise PlanError(f"the plan does not cover the graph's {len(want)} nodes: "
+                        f"missing {missing[:10]}, unknown {extra[:10]}, twice in one group "
+                        f"{twice[:10]}, in several groups but not elementwise/broadcast/"
+                        f"injective {costly[:10]}")
 
 
 def _free_inputs(values, defined) -> list:
@@ -87,7 +99,8 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
     graph : OpGraph
         The graph the plan was made for (``build_graph`` output).
     plan : FusionPlan
-        Any partition of the graph's nodes into convex groups.
+        Any partition of the graph's nodes into convex groups; a cheap node may be in
+        several groups (each recomputes it, see :func:`check_plan`).
 
     Returns
     -------
@@ -102,28 +115,33 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
     bindings = list(block.bindings)
     node_binding = [i for i, b in enumerate(bindings) if _is_call_tir(b.value)]
 
-    # Units: a whole group, or one binding outside any multi-node group.
-    unit_of: dict[int, object] = {}
-    for bi, b in enumerate(bindings):
-        unit_of[bi] = bi
+    # Units: a whole group, or one binding outside any multi-node group. A duplicated
+    # node's binding is in every unit that computes it; one of them (a standalone
+    # binding if there is one, else the first group) exports it to the other readers.
+    units_of: dict[int, list] = {bi: [] for bi in range(len(bindings))}
     for gi, g in enumerate(plan.groups):
-        if len(g.nodes) > 1:
-            for n in g.nodes:
-                unit_of[node_binding[n]] = ("g", gi)
+        for n in g.nodes:
+            bi = node_binding[n]
+            units_of[bi].append(("g", gi) if len(g.nodes) > 1 else bi)
     members: dict[object, list[int]] = {}
-    for bi in range(len(bindings)):
-        members.setdefault(unit_of[bi], []).append(bi)
+    for bi, units in units_of.items():
+        if not units:  # glue outside the op graph (tuples): its own unit
+            units.append(bi)
+        units.sort(key=lambda u: isinstance(u, tuple))  # standalone first, then plan order
+        for u in dict.fromkeys(units):
+            members.setdefault(u, []).append(bi)
 
-    def_unit = {b.var: unit_of[bi] for bi, b in enumerate(bindings)}
-    used_by: dict = {}
+    def_units = {b.var: units_of[bi] for bi, b in enumerate(bindings)}
+    exporter = {var: units[0] for var, units in def_units.items()}
+    used_by: dict = {}  # var -> units that read it without computing it
     deps: dict[object, set] = {u: set() for u in members}
-    for bi, b in enumerate(bindings):
-        def visit(e, bi=bi):
-            if isinstance(e, relax.Var) and e in def_unit:
-                used_by.setdefault(e, set()).add(unit_of[bi])
-                if def_unit[e] != unit_of[bi]:
-                    deps[unit_of[bi]].add(def_unit[e])
-        relax.analysis.post_order_visit(b.value, visit)
+    for u, bis in members.items():
+        for bi in bis:
+            def visit(e, u=u):
+                if isinstance(e, relax.Var) and e in def_units and u not in def_units[e]:
+                    used_by.setdefault(e, set()).add(u)
+                    deps[u].add(exporter[e])
+            relax.analysis.post_order_visit(bindings[bi].value, visit)
     out_vars = set()
     relax.analysis.post_order_visit(
         main.body.body, lambda e: out_vars.add(e) if isinstance(e, relax.Var) else None)
@@ -161,7 +179,7 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
         group = plan.groups[u[1]]
         gb = [bindings[bi] for bi in members[u]]
         escaping = {b.var for b in gb
-                    if b.var in out_vars or any(x != u for x in used_by.get(b.var, ()))}
+                    if exporter[b.var] == u and (b.var in out_vars or b.var in used_by)}
         if not escaping:
             raise PlanError(f"group {group.name} computes nothing that is used")
         func, args, outs = _outline(gb, escaping, group.name)

@@ -234,24 +234,36 @@ class AnalyticalCostModel:
                 stack += [q for q in self.graph.nodes[p].inputs if q in members]
         return sorted(seen)
 
-    def traffic(self, members) -> int:
-        """External input bytes (each outside producer once) plus escaping outputs."""
+    def traffic(self, members, private=frozenset()) -> int:
+        """External input bytes (each outside producer once) plus escaping outputs.
+
+        A ``private`` member's result never leaves (its other readers recompute it), but
+        what it reads does: the copies elsewhere read it from DRAM.
+        """
         outside = {p for n in members for p in self.graph.nodes[n].inputs if p not in members}
+        read_by_copies = {p for n in private for p in self.graph.nodes[n].inputs}
         return (sum(self.const_bytes(n) for n in members)
                 + sum(self.graph.nodes[p].bytes_written for p in outside)
                 + sum(self.graph.nodes[n].bytes_written for n in members
-                      if self.escapes(n, members)))
+                      if n not in private
+                      and (n in read_by_copies or self.escapes(n, members))))
 
-    def group_cost(self, nodes: Iterable[int]) -> GroupCost:
-        """The :class:`GroupCost` of one kernel computing ``nodes``."""
+    def group_cost(self, nodes: Iterable[int], *, private: Iterable[int] = ()) -> GroupCost:
+        """The :class:`GroupCost` of one kernel computing ``nodes``.
+
+        ``private``: members duplicated into other kernels too (:mod:`.duplicate`);
+        their results are not written to DRAM by this kernel.
+        """
         members = frozenset(nodes)
-        if members in self._cache:
-            return self._cache[members]
+        private = frozenset(private) & members
+        key = (members, private) if private else members
+        if key in self._cache:
+            return self._cache[key]
         terms = _Terms()
         for nid in sorted(members):
             RULES[self.infos[nid].role](self, nid, members, terms)
         hw = self.hw
-        dram = self.traffic(members) + terms.spill_bytes
+        dram = self.traffic(members, private) + terms.spill_bytes
         frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
@@ -262,7 +274,7 @@ class AnalyticalCostModel:
             onchip_bytes=onchip_capacity(hw), tiles=terms.tiles, parallel_fraction=frac,
             compute_us=compute_us, memory_us=memory_us, launch_us=hw.launch_overhead_us,
             total_us=max(compute_us, memory_us) / frac + hw.launch_overhead_us)
-        self._cache[members] = cost
+        self._cache[key] = cost
         return cost
 
 

@@ -25,6 +25,7 @@ import heapq
 from ..graph import OpGraph
 from .baseline import kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
+from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
 from .patterns import match_pattern
@@ -54,7 +55,11 @@ class CostPlanner:
                 or gpu_violation(self.rules, nodes)
                 or sibling_violation(self.rules, nodes))
 
-    def cost(self, nodes) -> GroupCost:
+    def cost(self, nodes, private=()) -> GroupCost:
+        """Predicted cost of one kernel (``private``: members other kernels recompute)."""
+        private = frozenset(private)
+        if private:  # only the analytical model knows private results (duplication)
+            return self.model.group_cost(nodes, private=private)
         return self.model.group_cost(nodes)
 
     def evaluate(self, a: int, b: int, sibling: bool = False):
@@ -178,7 +183,10 @@ class CostPlanner:
         for _ in range(MAX_ROUNDS):
             if not self.priority_fusion() + self.local_search():
                 break
-        return self.describe(planner="cost")
+        if not isinstance(self.model, AnalyticalCostModel):  # needs private results
+            return self.describe(planner="cost")
+        groups, dups = duplicate_producers(self, self.gg.groups())
+        return self.describe(planner="cost", groups=groups, duplications=dups)
 
     # ---- reasons ------------------------------------------------------------------
 
@@ -222,12 +230,17 @@ class CostPlanner:
         shared = ", ".join(node_name(self.graph.nodes[n]) for n in shared_inputs(self.graph, a, b))
         return f"siblings reading {shared} (one loop nest)"
 
-    def describe(self, *, planner: str) -> FusionPlan:
-        """The current partition as a :class:`FusionPlan` with every reason."""
+    def describe(self, *, planner: str, groups=None, duplications=()) -> FusionPlan:
+        """The current partition (or ``groups``, where the ``duplications`` put some
+        nodes in several groups) as a :class:`FusionPlan` with every reason."""
         rejected = self.rejected()
+        copies = {n: d for d in duplications for n in d.chain}
+        parts_of = sorted((sorted(g) for g in groups), key=lambda g: g[0]) if groups else (
+            self.gg.groups())
         groups, taken = [], set()
-        for nodes in self.gg.groups():
-            fused = self.cost(nodes)
+        for nodes in parts_of:
+            mine = list(dict.fromkeys(copies[n] for n in nodes if n in copies))
+            fused = self.cost(nodes, private=[n for d in mine for n in d.chain])
             parts = [self.cost([n]) for n in nodes]
             unfused = sum(p.total_us for p in parts)
             names = self._names(nodes)
@@ -240,11 +253,13 @@ class CostPlanner:
                     note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])
                     reason = f"{note}; {reason}"
             else:
-                mine = [r for r in rejected if names[0] in r.ops]
-                term = mine[0].decided_by if mine else "no neighbour"
+                near = [r for r in rejected if names[0] in r.ops]
+                term = near[0].decided_by if near else "no neighbour"
                 reason = ("alone: " + "; ".join(
                     f"with {', '.join(o for o in r.ops if o != names[0])}: {r.reason}"
-                    for r in mine[:2])) if mine else "alone: no operator to fuse with"
+                    for r in near[:2])) if near else "alone: no operator to fuse with"
+            for d in mine:
+                reason += f"; {d.note(self.graph)}"
             chain = len(components(self.graph, nodes)) == 1  # siblings are no chain
             match = match_pattern(self.graph, nodes) if chain else None
             if match:
@@ -260,7 +275,8 @@ class CostPlanner:
                 pattern=match.name if match else "",
                 kept_on_chip_bytes=sum(p.dram_bytes for p in parts) - fused.dram_bytes))
         return FusionPlan(target=self.hw.name, graph_signature=self.graph.signature,
-                          planner=planner, groups=tuple(groups), rejected=tuple(rejected))
+                          planner=planner, groups=tuple(groups), rejected=tuple(rejected),
+                          notes=tuple(d.note(self.graph) for d in duplications))
 
 
 def explain_terms(fused: GroupCost, parts: list[GroupCost], *, accepted: bool):

@@ -79,7 +79,9 @@ class RejectedMerge:
 
 @dataclass(frozen=True, kw_only=True)
 class FusionPlan:
-    """A complete partition of a graph's operators into kernels.
+    """The kernels of a graph: a partition of its operators, except that a cheap
+    producer may be recomputed by several kernels (:mod:`~tvm_fusion.plan.duplicate`;
+    the plan's ``notes`` say which).
 
     ``edges`` holds the graph's producer -> consumer node-id pairs, so that a plan
     read back from JSON can still be drawn (``_repr_html_``); it is not in the hash.
@@ -105,7 +107,7 @@ class FusionPlan:
         return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
     def group_of(self) -> dict[int, int]:
-        """Map node id to the index of its group."""
+        """Map node id to the index of its group (a duplicated node: its last one)."""
         return {n: gi for gi, g in enumerate(self.groups) for n in g.nodes}
 
     def to_json(self) -> dict:
