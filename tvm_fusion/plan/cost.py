@@ -284,7 +284,7 @@ class AnalyticalCostModel:
 DLIGHT_GEMM_BLOCK = (16, 8)      # threads (y, x) of dlight's Matmul rule on cuda/rocm
 DLIGHT_GEMM_MICRO = (4, 4, 16)   # per-thread micro tile (y, x) and the k step
 DLIGHT_GEMM_PAD = 2              # storage_align offset (the vector size) on each row
-DLIGHT_REDUCE_THREADS = 256      # dlight's Reduction/GEMV block size on cuda
+DLIGHT_REDUCE_THREADS = 256      # dlight's GEMV / GeneralReduction block size on cuda
 WMMA_MIN_EXTENT = 64             # dlight tensorizes only when every extent is > 64
 WMMA_BLOCK = (16, 32)            # dlight's WMMA path: 16 warps (threadIdx.y) x 32 lanes
 WMMA_TILE = (128, 128, 64)       # block tile M, N, K: 2 x 4 wmma 16x16x16 per dim, 4 k steps
@@ -349,9 +349,10 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
     a 128 x 128 block tile, k step 64, A and B staged in fp16 with 8-element row padding
     and double-buffered: ``2 * (128 + 128) * (64 + 8) * 2`` bytes (72 KB, dynamic shared
     memory: above the 48 KB static limit, within A100's 163 KB opt-in).
-    A GEMV (M = 1) or row reduction: 256 threads, one partial sum per thread in shared
-    memory at most (``256 * 4`` B). Elementwise: the target's max threads, no shared
-    memory. Anything else is ``split`` (see :class:`GpuResources`).
+    A GEMV (M = 1) or row reduction: 256 threads (a single-pass sum or mean over the
+    innermost axes: dlight's Reduction rule, up to 1024 on cuda), one partial sum per
+    thread in shared memory at most (``threads * 4`` B). Elementwise: the target's max
+    threads, no shared memory. Anything else is ``split`` (see :class:`GpuResources`).
     """
     hw = model.hw
     members = sorted(set(nodes))
@@ -371,10 +372,9 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
                             threads_per_block=max_threads,
                             registers_per_thread=SPLIT_REGISTERS, shared_bytes=0)
     if reductions:
-        return GpuResources(schedule="reduction", kernels=1,
-                            threads_per_block=DLIGHT_REDUCE_THREADS,
-                            registers_per_thread=REDUCE_REGISTERS,
-                            shared_bytes=DLIGHT_REDUCE_THREADS * 4)
+        threads = _inner_reduction_threads(model, reductions, hw) or DLIGHT_REDUCE_THREADS
+        return GpuResources(schedule="reduction", kernels=1, threads_per_block=threads,
+                            registers_per_thread=REDUCE_REGISTERS, shared_bytes=threads * 4)
     nid = contractions[0]
     node, info = model.graph.nodes[nid], model.infos[nid]
     shape = [int(d) for d in node.shape] or [1]
@@ -397,6 +397,28 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
     return GpuResources(schedule="gemm", kernels=1, threads_per_block=by * bx,
                         registers_per_thread=GEMM_REGISTERS,
                         shared_bytes=(by * my + bx * mx) * (mk + DLIGHT_GEMM_PAD) * nbytes)
+
+
+def _inner_reduction_threads(model, reductions, hw) -> int | None:
+    """Threads of dlight's Reduction rule for one single-pass reduction over the
+    innermost axes of a computed tensor (a sum, a mean): the largest power of two up to
+    the row length and 1024 (cuda) or 256 (rocm), as its suggest_threads_per_block
+    gives; None for the other cases (GEMV, softmax, layer norm: 256 threads)."""
+    if len(reductions) != 1:
+        return None
+    nid = reductions[0]
+    info, node = model.infos[nid], model.graph.nodes[nid]
+    if info.role != "reduction" or info.passes != 1 or not node.inputs:
+        return None
+    trailing = 1
+    for dim in reversed(model.graph.nodes[node.inputs[0]].shape):
+        if trailing >= info.reduce_len:
+            break
+        trailing *= int(dim)
+    if trailing != info.reduce_len:  # reduces an outer axis: another dlight schedule
+        return None
+    cap = 1024 if hw.family == "cuda" else 256
+    return 1 << (min(info.reduce_len, cap).bit_length() - 1)
 
 
 def _is_conv(node) -> bool:
