@@ -455,7 +455,7 @@ def main(argv=None) -> int:
                                         f"{budgets[0]}/task)", None, same, ctx))
     series = [(OURS_KEY, "tvm-fusion + pretrained model", cost_model)]
     if args.no_pretrained_row:
-        series.append((SCRATCH_KEY, "tvm-fusion, no pretrained model", None))
+        series.append((SCRATCH_KEY, "tvm-fusion, no pretrained model", "none"))
     for key, label, cm in series:
         s = OursSeries(model, inputs, hw, _fresh(work / key), n_tasks, cm)
         for b in budgets:

@@ -19,6 +19,8 @@ from tvm_fusion.costmodel import (CostModelError, load_dataset, load_model, make
                                   ranking_metrics, split_holdout, train_model)
 from tvm_fusion.targets import load_target
 
+ROOT = Path(__file__).resolve().parents[1]
+
 FIXTURE = Path(__file__).parent / "data" / "costmodel"
 HW = "x86_zen4"
 
@@ -197,6 +199,25 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
     committed = {str(r.workload.mod["main"].attrs.get("global_symbol"))
                  for r in db.get_all_tuning_records()}
     assert len(db.get_all_tuning_records()) >= len(predicted) and committed
+
+
+def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path):
+    """``cost_model="auto"`` (the default): the model shipped for the target's hardware,
+    matched by TVM target; none for hardware no model ships for; the env var overrides."""
+    from tvm_fusion.tune.driver import COST_MODEL_ENV, default_cost_model
+
+    monkeypatch.delenv(COST_MODEL_ENV, raising=False)
+    shipped = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
+    assert default_cost_model(load_target("x86_zen4")) == shipped
+    assert default_cost_model(load_target("a100")) is None
+    assert default_cost_model(load_target("x86_avx512")) is None  # another CPU
+    zen4 = load_target("x86_zen4").tvm_config
+    if load_target("host").tvm_config == zen4:  # this machine is the model's hardware
+        assert default_cost_model(load_target("host")) == shipped
+    monkeypatch.setenv(COST_MODEL_ENV, "none")
+    assert default_cost_model(load_target("x86_zen4")) is None
+    monkeypatch.setenv(COST_MODEL_ENV, str(tmp_path / "m.json"))
+    assert default_cost_model(load_target("a100")) == tmp_path / "m.json"
 
 
 def test_tune_cli_refuses_a_model_of_another_version(trained, tmp_path, capsys):

@@ -247,9 +247,63 @@ def test_tune_for_a_gpu_this_machine_lacks_is_refused_before_tuning(tmp_path):
         pytest.skip("this machine has a CUDA GPU")
     proc = _cli("tune", "embedded", "--target", "a100", "--trials", "4", "--logs", tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "this machine has none" in proc.stderr and "tvm-fusion compile" in proc.stderr
+    assert "this machine has none" in proc.stderr and "--dry-run" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.rglob("database_tuning_record.json"))  # nothing measured
+
+
+@needs_nvcc
+def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(embedded, tmp_path):
+    """``tune --dry-run`` for a GPU this machine lacks: cost-model picks, nvcc-checked,
+    marked predicted and unmeasured in the log; ``compile`` applies them and says so."""
+    import json
+
+    import tvm
+
+    from tvm_fusion.costmodel.search import PREDICTED_RUN_S
+    from tvm_fusion.tune.logs import open_database
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA GPU: a dry run would verify there")
+    proc = _cli("tune", "embedded", "--target", "a100", "--dry-run", "--logs", tmp_path)
+    assert proc.returncode == 2 and "none ships for 'a100'" in proc.stderr  # no model
+    model = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
+    proc = _cli("tune", "embedded", "--target", "a100", "--dry-run", "--logs", tmp_path,
+                "--quiet", "--cost-model", model)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not run: no device here" in proc.stdout
+    tdir = tmp_path / "a100"
+    (entry,) = json.loads((tdir / "manifest.json").read_text())["models"].values()
+    predicted = entry["predicted"]
+    assert len(predicted) >= 2, proc.stdout
+    for info in predicted.values():
+        assert info["measured"] is False and info["verified"] is False
+        assert info["checked"] == "tir+nvcc" and 1 <= info["rank"] <= info["candidates"]
+    db = open_database(tdir, create=False)
+    records = db.get_all_tuning_records()
+    assert len(records) == len(predicted)
+    assert all([float(s) for s in r.run_secs] == [PREDICTED_RUN_S] for r in records)
+    # the picks are what the kernels are built from, and every one is within A100's limits
+    plan = tf.FusionPlan.from_json(entry["plan"])
+    kernels = {k.name: k for k in build_cuda_kernels(embedded, "a100", plan=plan, database=db)}
+    for name in predicted:
+        assert kernels[name].schedule == "record" and not kernels[name].violations, name
+    # candidates turned down are kept with their reason
+    for row in map(json.loads, (tdir / "rejected.jsonl").read_text().splitlines()):
+        assert row["source"] == "cost-model pick" and row["error"]
+    out = tmp_path / "m.so"
+    proc = _cli("compile", "embedded", "--target", "a100", "--logs", tmp_path, "-o", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(predicted)} kernels use a schedule picked by the cost model" in proc.stdout
+    assert all(name in proc.stdout for name in predicted)
+    info = json.loads(out.with_name("m.so.json").read_text())
+    assert sorted(info["predicted_unmeasured"]) == sorted(predicted)
+    assert not set(predicted) & set(info["untuned"])  # the picks were applied
+
+
+def test_tune_needs_trials_unless_dry_run(tmp_path):
+    proc = _cli("tune", "embedded", "--logs", tmp_path)
+    assert proc.returncode == 2 and "--trials N is required" in proc.stderr
 
 
 @needs_nvcc
@@ -257,7 +311,9 @@ def test_compile_a100_builds_cuda_kernels_and_fp16_needs_a_gpu_target(tmp_path):
     out = tmp_path / "m.so"
     proc = _cli("compile", "embedded", "--target", "a100", "-o", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert out.exists() and "5 kernels" in proc.stdout
+    plan = tf.plan_fusion(tf.build_graph(
+        tf.import_model(build_embedded_model(), name="embedded").mod), "a100")
+    assert out.exists() and f"({len(plan.groups)} kernels" in proc.stdout
     proc = _cli("plan", "embedded", "--target", "host", "--precision", "fp16")
     assert proc.returncode == 2 and "for GPU targets" in proc.stderr
 

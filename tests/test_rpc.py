@@ -95,11 +95,16 @@ def test_tune_measures_through_the_tracker(rpc, tmp_path):
     cands = open_database(target_dir(tmp_path, "host") / "candidates", create=False)
     measured = [r for r in cands.get_all_tuning_records() if len(r.run_secs) > 1]
     assert loads >= len(measured) >= 1
-    # the best candidate passed verification (run here) and went to the deployable database
+    # the best candidate passed verification and went to the deployable database
     accepted = open_database(target_dir(tmp_path, "host"), create=False)
     records = accepted.get_all_tuning_records()
     assert len(records) >= 1 and all(len(r.run_secs) >= 5 for r in records)
     assert report.est_ms is not None
+    # verification ran on the remote device too (the path a GPU with no local twin takes):
+    # the reference and every checked candidate were uploaded there as kernel.so
+    verified = [line for line in server_log.read_text().splitlines()
+                if "load_module" in line and line.rstrip().endswith("kernel.so")]
+    assert len(verified) >= 1 + len(records), server_log.read_text()[-2000:]
 
 
 def test_tracker_errors_name_the_problem(rpc):

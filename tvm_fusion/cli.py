@@ -94,11 +94,15 @@ def cmd_plan(args) -> int:
 def cmd_tune(args) -> int:
     from . import tune
 
+    if args.trials is None and not args.dry_run:
+        raise TvmFusionError("--trials N is required (the total number of measurements); "
+                             "or --dry-run, which measures nothing")
     model = _model_from_args(args)
-    report = tune(model, args.target, trials=args.trials, logs=args.logs,
+    report = tune(model, args.target, trials=args.trials or 0, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
                   cost_model=args.cost_model, search_space=args.search_space,
-                  rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+                  rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+                  measure="none" if args.dry_run else "device")
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -115,11 +119,19 @@ def cmd_tune(args) -> int:
 def _print_tune_report(report) -> None:
     print(f"{'kernel':<56} {'calls':>5} {'trials':>6} {'best us':>10}")
     for t in report.tasks:
-        best = f"{t.best_us:10.2f}" if t.best_us is not None else f"{'untuned':>10}"
-        if getattr(t, "predicted", False):
-            best += " (predicted by the cost model, verified)"
+        if t.predicted and not t.measured:
+            best = f"{'predicted':>10} (cost model's pick; not run: no device here)"
+        else:
+            best = f"{t.best_us:10.2f}" if t.best_us is not None else f"{'untuned':>10}"
+            if t.predicted:
+                best += " (predicted by the cost model, verified)"
         print(f"{t.name[:56]:<56} {t.weight:>5} {t.trials:>6} {best}")
-    est = f"{report.est_ms:.3f} ms" if report.est_ms is not None else "n/a (untuned kernels)"
+    for pick in report.picks:
+        if not pick.accepted:
+            print(f"  {pick.task}: no cost-model pick kept ({pick.tried} of {pick.candidates} "
+                  f"checked): {pick.note or 'none passed'}")
+    est = (f"{report.est_ms:.3f} ms" if report.est_ms is not None
+           else "n/a (kernels without a measured time)")
     print(f"{report.trials_run} trials this run, {report.trials_total} in total, "
           f"{report.rejected} candidates rejected by verification, {report.elapsed_s:.0f} s; "
           f"sum of best kernels: {est}; logs: {report.logs / report.target}")
@@ -136,6 +148,13 @@ def cmd_compile(args) -> int:
                              allow_other_target=args.allow_other_target)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
+    unmeasured = compiled.info.get("predicted_unmeasured", [])
+    if unmeasured:
+        print(f"{len(unmeasured)} kernels use a schedule picked by the cost model and never "
+              f"run on a {compiled.target} device (tune --dry-run); tune on the device to "
+              f"measure and verify them:")
+        for name in unmeasured:
+            print(f"  {name}")
     if compiled.untuned:
         print(f"{len(compiled.untuned)} kernels have no tuning record and use their "
               f"default schedule (predicted share of the model's time):")
@@ -239,7 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
                                     "larger one continues. Ctrl-C stops after the batch in "
                                     "flight and keeps everything measured.")
     _add_model_args(tu)
-    tu.add_argument("--trials", type=int, required=True, help="total number of measurements")
+    tu.add_argument("--trials", type=int,
+                    help="total number of measurements for this model and target, earlier "
+                         "runs included (required unless --dry-run)")
+    tu.add_argument("--dry-run", action="store_true",
+                    help="measure nothing: give every kernel without a record the schedule "
+                         "the cost model ranks best (--cost-model, default the model shipped "
+                         "for --target). For hardware this machine lacks: each pick is built "
+                         "and checked against the target's limits (nvcc for CUDA) and marked "
+                         "predicted, not measured, in the log; `compile` lists such kernels, "
+                         "and a later measured tune on the device replaces them")
     tu.add_argument("--logs", required=True, metavar="DIR", help="tuning log directory")
     tu.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
                     help="fusion planner for a model with no plan in the logs yet "

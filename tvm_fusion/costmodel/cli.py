@@ -123,8 +123,11 @@ def add_parser(sub) -> None:
 
 def add_tune_flag(p: argparse.ArgumentParser) -> None:
     """The ``--cost-model`` flag of ``tune``."""
-    p.add_argument("--cost-model", metavar="MODEL", default=None,
-                   help="a pretrained model (`cost-model train`, or the one shipped in "
-                        "tuning_logs/<target>/) in place of MetaSchedule's XGBoost model; "
-                        "it keeps learning from this run's measurements, and kernels the "
-                        "budget does not reach get the schedule it ranks best (verified)")
+    p.add_argument("--cost-model", metavar="MODEL|auto|none", default="auto",
+                   help="a pretrained model (`cost-model train`) in place of MetaSchedule's "
+                        "XGBoost model; it keeps learning from this run's measurements, and "
+                        "kernels the budget does not reach get the schedule it ranks best "
+                        "(verified). auto (default): the model shipped for this hardware "
+                        "(tuning_logs/<target>/costmodel.json, matched by TVM target; "
+                        "$TVM_FUSION_COST_MODEL overrides), else none. none: MetaSchedule's "
+                        "XGBoost model from scratch")

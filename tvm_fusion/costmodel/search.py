@@ -1,22 +1,39 @@
-"""Schedules chosen by the cost model alone, for kernels the budget did not reach.
+"""Schedules chosen by the cost model alone: for kernels the budget did not reach, and
+for hardware the tuning machine does not have (``tune --dry-run``).
 
 A kernel with no verified record would otherwise run as plain unscheduled loops. Here
 MetaSchedule's evolutionary search runs with the cost model as its only judge (nothing
-is measured by the search), the candidates are ranked by the model, and the best ones
-are checked against the unscheduled kernel on random inputs, in order, until one is
-correct and faster than the default; that one is committed, marked as predicted in the
-manifest.
+is measured by the search) and the candidates are ranked by the model. Then, best
+first:
+
+- where the target's device is on this machine, each is checked against the
+  unscheduled kernel on random inputs until one is correct and faster than the
+  default; that one is committed with its verification timing;
+- where it is not (a GPU target on a machine without that GPU), each is built for the
+  target and checked against its limits (threads, shared memory / LDS, vector widths
+  in TIR; registers and spills from nvcc's ptxas report for CUDA) until one passes; that
+  one is committed with :data:`PREDICTED_RUN_S` as its time, so that any measured record
+  of the kernel ranks above it in every reader of the database, stock TVM included.
+
+Either way the manifest marks the kernel ``predicted``, with ``measured`` and
+``verified`` saying which of the two it was, and every candidate turned down is written
+to ``rejected.jsonl`` with its reason.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
 log = logging.getLogger(__name__)
+
+PREDICTED_RUN_S = 100.0
+"""``run_secs`` of a record no device measured: valid for MetaSchedule's databases (whose
+readers skip records of 1e10 s and more, failed runs), slower than any real kernel."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +47,7 @@ class PredictedPick:
     us: float | None      # the committed candidate's time, from the verification run
     default_us: float | None
     note: str
+    measured: bool = True  # timed on the device (in verification); False: device absent
 
 
 def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
@@ -60,19 +78,60 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
     return sorted(zip(scores.tolist(), cands), key=lambda x: -x[0])
 
 
+def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
+    """Why ``mod`` (a scheduled kernel) cannot run on ``hw``, checked without the device."""
+    from ..errors import TvmFusionError
+
+    try:
+        if hw.family in ("cuda", "rocm"):
+            from ..gpu.limits import check_schedule
+
+            bad = check_schedule(mod["main"], hw)
+            return "; ".join(bad) if bad else None
+        tvm.tirx.build(mod, target=target)  # a CPU measured elsewhere: it must build
+    except (TvmFusionError, tvm.error.TVMError) as e:
+        return f"does not build: {str(e).strip().splitlines()[-1][:300]}"
+    return None
+
+
+def _check_kind(hw) -> str:
+    return {"cuda": "tir+nvcc", "rocm": "tir"}.get(hw.family, "build")
+
+
 def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: int = 3,
-                        seed: int = 0, space_generator="post-order-apply"
-                        ) -> list[PredictedPick]:
+                        seed: int = 0, space_generator="post-order-apply",
+                        hw=None, on_device: bool = True) -> list[PredictedPick]:
     """Give every task of a tuning run that has no verified record the model's best pick.
 
-    ``state`` is the driver's tuning state (tasks, best latencies, verifier, databases,
-    manifest entry). A committed pick is recorded in the manifest entry under
-    ``"predicted"`` with its verification timing. ``space_generator`` is the design
-    space the run tuned in.
+    Parameters
+    ----------
+    state : tvm_fusion.tune.driver._TuneState
+        The driver's tuning state (tasks, best latencies, verifier, databases, manifest
+        entry, log directory).
+    cost_model : MetaSchedule cost model
+        Its ``scores`` rank the candidates (higher is better).
+    target : tvm.target.Target
+    tries : int
+        Most candidates checked per kernel, best predicted first.
+    seed : int
+    space_generator :
+        The design space the run tuned in.
+    hw : HardwareTarget, optional
+        Needed when ``on_device`` is False (its limits are checked).
+    on_device : bool
+        Whether ``target``'s device is on this machine: verify and time each pick here.
+        False: check it builds within ``hw``'s limits; nothing is run.
+
+    Returns
+    -------
+    list of PredictedPick
+        One per kernel that had no record, accepted or not, with the reason.
     """
     from ..tune.fast_import import import_tensor_intrinsics
+    from ..tune.logs import append_jsonl
 
     import_tensor_intrinsics()  # before TuneContext does it the slow way
+    predicted = state.entry.setdefault("predicted", {})
     picks = []
     for i, task in enumerate(state.tasks):
         if state.best[i] is not None:
@@ -84,28 +143,42 @@ def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: 
         except Exception as e:  # a design space MetaSchedule cannot generate: keep the default
             picks.append(PredictedPick(task=task.task_name, accepted=False, tried=0,
                                        candidates=0, us=None, default_us=None,
-                                       note=f"search failed: {str(e).splitlines()[0][:200]}"))
+                                       note=f"search failed: {str(e).splitlines()[0][:200]}",
+                                       measured=on_device))
             continue
         pick = PredictedPick(task=task.task_name, accepted=False, tried=0,
                              candidates=len(ranked), us=None, default_us=None,
-                             note="no candidate")
+                             note="the search produced no candidate", measured=on_device)
         for n, (score, cand) in enumerate(ranked[:tries], start=1):
-            verdict = state.verifier.check(i, mod, cand.sch.mod)
-            pick = PredictedPick(task=task.task_name, accepted=verdict.accepted, tried=n,
-                                 candidates=len(ranked), us=verdict.candidate_us,
-                                 default_us=verdict.default_us,
-                                 note=verdict.error or ("" if verdict.accepted else
-                                                        "correct but not faster than default"))
-            if not verdict.accepted:
+            if on_device:
+                verdict = state.verifier.check(i, mod, cand.sch.mod)
+                note = verdict.error or ("" if verdict.accepted else
+                                         "correct but not faster than the default loops")
+                pick = PredictedPick(task=task.task_name, accepted=verdict.accepted, tried=n,
+                                     candidates=len(ranked), us=verdict.candidate_us,
+                                     default_us=verdict.default_us, note=note)
+                run_secs = [verdict.candidate_us / 1e6]
+            else:
+                note = _offline_check(hw, cand.sch.mod, target) or ""
+                pick = PredictedPick(task=task.task_name, accepted=not note, tried=n,
+                                     candidates=len(ranked), us=None, default_us=None,
+                                     note=note, measured=False)
+                run_secs = [PREDICTED_RUN_S]
+            if not pick.accepted:
+                append_jsonl(Path(state.tdir) / "rejected.jsonl", {
+                    "task": task.task_name, "source": "cost-model pick", "rank": n,
+                    "score": score, "error": pick.note, "trace": str(cand.sch.trace)[:4000]})
                 continue
             state.accepted.commit_tuning_record(ms.database.TuningRecord(
-                trace=cand.sch.trace, workload=state.workloads[i],
-                run_secs=[verdict.candidate_us / 1e6], target=target,
-                args_info=cand.args_info))
-            state.best[i] = verdict.candidate_us
-            state.entry.setdefault("predicted", {})[task.task_name] = {
-                "score": score, "rank": n, "verify_us": verdict.candidate_us,
-                "default_us": verdict.default_us, "candidates": len(ranked)}
+                trace=cand.sch.trace, workload=state.workloads[i], run_secs=run_secs,
+                target=target, args_info=cand.args_info))
+            if on_device:
+                state.best[i] = pick.us
+            predicted[task.task_name] = {
+                "score": score, "rank": n, "candidates": len(ranked),
+                "measured": on_device, "verified": on_device,
+                "checked": "device" if on_device else _check_kind(hw),
+                **({"verify_us": pick.us, "default_us": pick.default_us} if on_device else {})}
             break
         picks.append(pick)
     return picks

@@ -167,6 +167,10 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                     for t in model.outputs],
         "kernels": sorted(funcs), "untuned": list(untuned),
         "untuned_est_share": _untuned_share(plan, untuned),
+        # picked by the cost model on a machine without the device: neither run nor verified
+        "predicted_unmeasured": sorted(
+            n for n, p in (entry or {}).get("predicted", {}).items()
+            if not p.get("measured", True)),
         "logs": None if db is None else {
             "content_hash": content_hash(tdir), "target_key": target_key(hw.tvm_config),
             "model_in_manifest": entry is not None,

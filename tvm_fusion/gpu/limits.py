@@ -191,3 +191,30 @@ def resource_check_postproc(hw, *, limits: GpuLimits | None = None, rejected=Non
             return resource_check_postproc(hw, limits=limits, rejected=rejected)
 
     return ResourceCheck()
+
+
+def checked_space_generator(hw, *, limits: GpuLimits | None = None, rejected=None):
+    """MetaSchedule's design space for ``hw`` plus :func:`resource_check_postproc`.
+
+    The schedule rules, postprocessors and mutators are the ones MetaSchedule picks for
+    the target (``post-order-apply``), resolved once, with the limits check appended:
+    a candidate over the target's registers, shared memory or threads never reaches a
+    builder.
+
+    Returns
+    -------
+    tvm.s_tir.meta_schedule.space_generator.PostOrderApply
+    """
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    a = te.placeholder((1,), name="a")  # any module: MetaSchedule resolves the rules on one
+    mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((1,), lambda i: a[i])])})
+    ctx = ms.TuneContext(mod=mod, target=hw.tvm_target(), space_generator="post-order-apply",
+                         search_strategy="replay-trace")
+    sg = ctx.space_generator
+    return ms.space_generator.PostOrderApply(
+        sch_rules=list(sg.sch_rules), mutator_probs=dict(sg.mutator_probs),
+        postprocs=[*sg.postprocs,
+                   resource_check_postproc(hw, limits=limits, rejected=rejected)])

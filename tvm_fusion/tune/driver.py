@@ -32,13 +32,13 @@ from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
                    target_dir, target_identity, write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
-from .measure import (NEAR_TIE, check_local_device, device_type, make_runner, median_us,
-                      remeasure)
+from .measure import (NEAR_TIE, MeasureError, RemoteDevice, check_local_device, device_type,
+                      make_runner, median_us, remeasure)
 from .progress import Progress
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator
-from .verify import KernelVerifier, run_kernel
+from .verify import KernelVerifier
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +50,7 @@ class TaskResult:
     trials: int        # measured in this run
     best_us: float | None  # best verified latency, all runs together
     predicted: bool = False  # best record chosen by the cost model, not by measurement
+    measured: bool = True  # False: a predicted record no device has run (``--dry-run``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +66,11 @@ class TuneReport:
     rejected: int
     interrupted: bool
     elapsed_s: float
+    picks: tuple = ()  # costmodel.search.PredictedPick of every kernel the model chose for
 
     @property
     def est_ms(self) -> float | None:
-        """Sum of best kernel latencies times calls; None while a kernel has no record."""
+        """Sum of best kernel latencies times calls; None while a kernel has no timing."""
         if any(t.best_us is None for t in self.tasks):
             return None
         return sum(t.best_us * t.weight for t in self.tasks) / 1e3
@@ -99,15 +101,20 @@ class _VerifyAndCommit(PyMeasureCallback):
 
 
 class _TuneState:
-    def __init__(self, *, tasks, target, accepted, tdir, progress, manifest, entry):
+    def __init__(self, *, tasks, target, accepted, tdir, progress, manifest, entry,
+                 remote=None):
         self.tasks, self.target, self.accepted, self.tdir = tasks, target, accepted, tdir
         self.progress, self.manifest, self.entry = progress, manifest, entry
-        self.verifier = KernelVerifier(target)
+        self.verifier = KernelVerifier(target, remote=remote)
         self.workloads = [accepted.commit_workload(t.dispatched[0]) for t in tasks]
         self.best = []
-        for wl in self.workloads:
+        unmeasured = {name for name, info in entry.get("predicted", {}).items()
+                      if not info.get("measured", True)}
+        for task, wl in zip(tasks, self.workloads):
             top = accepted.get_top_k(wl, 1)
-            self.best.append(median_us(top[0].run_secs) if top else None)
+            # a dry run's pick has a placeholder time: the first measurement replaces it
+            known = top and task.task_name not in unmeasured
+            self.best.append(median_us(top[0].run_secs) if known else None)
         self.trials = [0] * len(tasks)
         self.rejected = 0
         self.stop = False
@@ -129,13 +136,10 @@ class _TuneState:
         """Best verified latency, else the default schedule's (timed once, cached)."""
         if self.best[i] is not None:
             return self.best[i]
-        ref = self.verifier._ref  # shared with verification, which needs it anyway
-        if i not in ref:
-            try:
-                ref[i] = run_kernel(self.tasks[i].dispatched[0], self.target)
-            except Exception:  # an unbuildable default: no estimate, the mean share
-                return None
-        return ref[i][1]
+        try:  # shared with verification, which needs it anyway
+            return self.verifier.reference(i, self.tasks[i].dispatched[0])[1]
+        except Exception:  # an unbuildable default: no estimate, the mean share
+            return None
 
     def done(self, local_id: int) -> bool:
         """Whether the scheduler should end a task: allotment used, stalled, or Ctrl-C."""
@@ -226,9 +230,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          logs: str | Path, plan: FusionPlan | None = None, planner: str = "cost",
          progress: bool = True,
          seed: int = 0, trials_per_batch: int = 16,
-         cost_model: str | Path | None = None,
+         cost_model: str | Path | None = "auto",
          search_space: str | Path | SearchSpace | None = None,
-         rpc_tracker: str | None = None, rpc_key: str | None = None) -> TuneReport:
+         rpc_tracker: str | None = None, rpc_key: str | None = None,
+         measure: str = "device") -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -239,7 +244,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         A name from ``hw_targets/`` or ``"host"``.
     trials : int
         Total measurements for this model on this target, earlier runs included: a
-        re-run with the same number does nothing, a larger one continues.
+        re-run with the same number does nothing, a larger one continues. Ignored with
+        ``measure="none"``.
     logs : path
         Log directory; records go to ``logs/<target>/``.
     plan : FusionPlan, optional
@@ -261,13 +267,26 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         space for GPUs (whose Tensor Core rules the files do not declare yet).
     rpc_tracker, rpc_key : str, optional
         Measure candidates on the devices registered under ``rpc_key`` at the TVM RPC
-        tracker ``HOST:PORT`` instead of on this machine. Verification of a new best
-        still runs here, on the host.
-    cost_model : path or PretrainedCostModel, optional
+        tracker ``HOST:PORT`` instead of on this machine; verification of a new best runs
+        there too, so this machine needs no device of the target's kind (a GPU target's
+        reference outputs are computed on this machine's CPU).
+    cost_model : path, PretrainedCostModel, "auto" or "none"
         A pretrained model (``tvm-fusion cost-model train``) used in place of
         MetaSchedule's XGBoost model and updated with this run's measurements. With
         it, a kernel left without a verified record gets the schedule the model ranks
-        best, verified against the default, marked ``predicted``.
+        best, verified against the default, marked ``predicted``. ``"auto"``
+        (default): the model shipped for this hardware (see :func:`default_cost_model`),
+        else none. ``"none"`` or None: MetaSchedule's XGBoost model, from scratch.
+    measure : str
+        ``"device"`` (default): measure candidates on the target's device, here or
+        through ``rpc_tracker``. ``"none"`` (a dry run, for hardware this machine does
+        not have): no search measures anything; every kernel without a record gets the
+        schedule ``cost_model`` ranks best (default: the model shipped for this target,
+        if any). Where the device is here, each pick is still verified and timed
+        against the default loops; where it is not, each is built for the target and
+        checked against its limits (nvcc's register and shared-memory report for CUDA),
+        and its record is marked in the manifest as predicted, neither measured nor
+        verified, so ``compile`` says so and a later measured tune replaces it.
 
     Returns
     -------
@@ -276,13 +295,19 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     t0 = time.monotonic()
     hw = target if isinstance(target, HardwareTarget) else load_target(target)
     tvm_target = hw.tvm_target()
+    if measure not in ("device", "none"):
+        raise MeasureError(f"measure must be 'device' or 'none', got {measure!r}")
+    dry = measure == "none"
+    cost_model = _resolve_cost_model(cost_model, hw, required=dry)
     cm = None
     if cost_model is not None:  # load (and fail) before any planning or tuning
         from ..costmodel import make_cost_model
         cm = make_cost_model(cost_model, hw)
-    check_local_device(tvm_target, hw.name)
-    space = _resolve_space(search_space, tvm_target)
-    runner = make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)  # fails before tuning
+    on_device = device_here(tvm_target)
+    if not dry and rpc_tracker is None:
+        check_local_device(tvm_target, hw.name)
+    space = _resolve_space(search_space, tvm_target, hw)
+    runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)
     graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
     manifest = read_manifest(tdir, expect=hw)  # refuses another TVM version or target
@@ -298,39 +323,128 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                  "inputs": {t.name: list(t.shape) for t in model.inputs}}
         manifest["models"][model.model_hash] = entry
     accepted = open_database(tdir, create=True)
-    remaining = max(trials - entry["trials"], 0)
+    remaining = 0 if dry else max(trials - entry["trials"], 0)
     bar = Progress(trials, done=entry["trials"], enabled=progress)
+    # where the device is: here, or (RPC) verification runs where measurement does
+    remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
     state = _TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
-                       progress=bar, manifest=manifest, entry=entry)
+                       progress=bar, manifest=manifest, entry=entry, remote=remote)
     entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
     write_manifest(tdir, manifest)
     interrupted = False
     if remaining > 0 and tasks:
         interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
                                   trials_per_batch, cost_model=cm, space=space,
-                                  runner=runner)
+                                  runner=runner, hw=hw)
+    picks = []
     if cm is not None and tasks and not interrupted:
         from ..costmodel.search import schedule_unmeasured
-        schedule_unmeasured(state, cm, tvm_target, seed=seed, space_generator=(
-            space_generator(space, tvm_target) if space is not None else "post-order-apply"))
+        if dry:
+            bar.stream.write(f"dry run: picking a schedule for each of {len(tasks)} kernels "
+                             "by the cost model alone\n")
+        picks = schedule_unmeasured(
+            state, cm, tvm_target, seed=seed, hw=hw,
+            on_device=on_device or remote is not None,
+            tries=3 if on_device else 16,  # an offline check is cheap next to a run
+            # the limits are checked on the few top picks, not on every sampled candidate
+            space_generator=_space_gen(space, tvm_target, None))
         write_manifest(tdir, manifest)
     bar.close()
+    predicted = entry.get("predicted", {})
     results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b,
-                               predicted=t.task_name in entry.get("predicted", {}))
+                               predicted=t.task_name in predicted,
+                               measured=predicted.get(t.task_name, {}).get("measured", True))
                     for t, n, b in zip(tasks, state.trials, state.best))
     return TuneReport(target=hw.name, logs=Path(logs), plan=plan,
                       trials_run=sum(state.trials), trials_total=entry["trials"],
                       tasks=results, rejected=state.rejected, interrupted=interrupted,
-                      elapsed_s=time.monotonic() - t0)
+                      elapsed_s=time.monotonic() - t0, picks=tuple(picks))
 
 
-def _resolve_space(search_space, tvm_target) -> SearchSpace | None:
+COST_MODEL_ENV = "TVM_FUSION_COST_MODEL"  # "none", or a model path: what "auto" means
+
+
+def default_cost_model(hw: HardwareTarget) -> Path | None:
+    """The cost model shipped for ``hw``'s hardware, or None.
+
+    ``tuning_logs/<name>/costmodel.json`` of the target named like ``hw``, else of a
+    shipped target with the same TVM target (``host`` on a Zen 4 machine is
+    ``x86_zen4``). The environment variable ``TVM_FUSION_COST_MODEL`` overrides it:
+    ``none``, or the path of a model.
+    """
+    import os
+
+    from ..targets import HW_DIR, load_target
+    from .logs import target_key
+
+    env = os.environ.get(COST_MODEL_ENV)
+    if env:
+        return None if env.lower() == "none" else Path(env)
+    root = HW_DIR.parent / "tuning_logs"
+    if (root / hw.name / "costmodel.json").exists():
+        return root / hw.name / "costmodel.json"
+    key = target_key(hw.tvm_config)
+    for path in sorted(root.glob("*/costmodel.json")):
+        try:
+            if target_key(load_target(path.parent.name).tvm_config) == key:
+                return path
+        except Exception:  # a directory whose target is no longer described: skip it
+            continue
+    return None
+
+
+def _resolve_cost_model(cost_model, hw: HardwareTarget, *, required: bool):
+    """``tune``'s ``cost_model`` argument as a model or path; None for MetaSchedule's."""
+    if isinstance(cost_model, str) and cost_model.lower() == "none":
+        cost_model = None
+    elif isinstance(cost_model, str) and cost_model == "auto":
+        cost_model = default_cost_model(hw)
+    if cost_model is None and required:
+        from ..targets import HW_DIR
+
+        have = sorted(p.parent.name for p in (HW_DIR.parent / "tuning_logs").glob(
+            "*/costmodel.json"))
+        raise MeasureError(
+            f"a dry run (--dry-run) picks schedules by a cost model, and none ships for "
+            f"{hw.name!r} (models ship for: {', '.join(have) or 'no target'}). Train one "
+            f"from measured logs of that hardware (`tvm-fusion cost-model train --logs DIR "
+            f"-o MODEL.json`), or pass --cost-model FILE: a model of another target ranks "
+            f"{hw.name}'s schedules without having seen that hardware")
+    return cost_model
+
+
+def device_here(tvm_target) -> bool:
+    """Whether ``tvm_target``'s device is on this machine."""
+    try:
+        check_local_device(tvm_target, str(tvm_target.kind.name))
+    except MeasureError:
+        return False
+    return True
+
+
+def _resolve_space(search_space, tvm_target, hw=None) -> SearchSpace | None:
     """The space to tune in; None means MetaSchedule's built-in one."""
     if isinstance(search_space, SearchSpace):
         return search_space
     if search_space is not None:
         return load_search_space(search_space)
     return space_for_target(tvm_target) if str(tvm_target.kind.name) == "llvm" else None
+
+
+def _space_gen(space, tvm_target, hw):
+    """The design-space generator for ``space``; for GPUs, with the limits check.
+
+    On a GPU target MetaSchedule's built-in space gets one more postprocessor, which
+    drops every candidate whose kernel exceeds the target's registers, shared memory
+    or threads (nvcc's ptxas report) before it is built for measurement.
+    """
+    if space is not None:
+        return space_generator(space, tvm_target)
+    if hw is None or hw.family == "cpu":
+        return "post-order-apply"
+    from ..gpu.limits import checked_space_generator
+
+    return checked_space_generator(hw)
 
 
 def _allot(state, todo, remaining, per_batch) -> tuple[dict[int, int], int]:
@@ -347,7 +461,7 @@ def _allot(state, todo, remaining, per_batch) -> tuple[dict[int, int], int]:
 
 
 def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
-                cost_model=None, space=None, runner=None) -> bool:
+                cost_model=None, space=None, runner=None, hw=None) -> bool:
     """Run MetaSchedule over ``tasks`` for ``remaining`` trials; True if interrupted.
 
     Each round splits the trials left over the open tasks by their share of model
@@ -368,8 +482,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
     # ours right after AddToDatabase, before RemoveBuildArtifact deletes the builds that
     # a near-tie is re-measured from
     callbacks = [default[0], _VerifyAndCommit(state), *default[1:]]
-    space_gen = (space_generator(space, tvm_target) if space is not None
-                 else "post-order-apply")
+    space_gen = _space_gen(space, tvm_target, hw)
 
     def on_sigint(signum, frame):
         if state.stop:  # second Ctrl-C: stop now

@@ -8,6 +8,7 @@ the candidate may replace it (:func:`remeasure`).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import statistics
 from typing import Sequence
@@ -66,8 +67,9 @@ def check_local_device(target, name: str) -> None:
         raise MeasureError(
             f"tuning for target {name} measures and verifies kernels on a {kind} device, "
             f"and this machine has none (tvm.device({kind!r}, 0).exist is False). Tune on "
-            f"a machine with that GPU; here, `tvm-fusion plan` and `tvm-fusion compile` "
-            f"work for {name} (kernels without a record get default schedules)")
+            f"a machine with that GPU, or measure on it through --rpc-tracker; here, "
+            f"`tune --dry-run` picks schedules by the cost model alone, and `plan` and "
+            f"`compile` work for {name} (kernels without a record get default schedules)")
 
 
 def parse_tracker(text: str) -> tuple[str, int]:
@@ -117,6 +119,35 @@ def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) ->
             f"all {registered} RPC server(s) with key {key!r} at {where} are busy "
             f"({queue.get('pending', 0)} requests waiting); wait for them or add servers")
     return free
+
+
+class RemoteDevice:
+    """A device behind a TVM RPC tracker, for runs outside MetaSchedule's runner.
+
+    Verification of a new best runs through it, so a tuning machine needs no device of
+    its own. Each :meth:`session` is requested and closed around one use, so it never
+    holds a server the runner is waiting for.
+    """
+
+    def __init__(self, tracker: str, key: str, *, timeout_s: int = 120):
+        self.host, self.port = parse_tracker(tracker)
+        self.key, self.timeout_s = key, timeout_s
+
+    @contextlib.contextmanager
+    def session(self):
+        """An RPC session on one free server of ``key``; closed on exit."""
+        from tvm import rpc
+
+        try:
+            sess = rpc.connect_tracker(self.host, self.port).request(
+                self.key, priority=0, session_timeout=self.timeout_s)
+        except Exception as e:  # TVM's RPC raises plain errors
+            raise MeasureError(f"no RPC session for key {self.key!r} from the tracker "
+                               f"{self.host}:{self.port}: {str(e).splitlines()[-1]}") from e
+        try:
+            yield sess
+        finally:
+            sess._sess = None  # drop the remote handle: the server frees itself
 
 
 def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,

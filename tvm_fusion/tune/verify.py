@@ -3,11 +3,20 @@
 Both builds run on the same random contents of every buffer (inputs and outputs alike),
 so no knowledge of which parameters are outputs is needed: afterwards every buffer must
 agree.
+
+Where the candidate runs: on this machine, or on a device behind an RPC tracker
+(:class:`~tvm_fusion.tune.measure.RemoteDevice`), the same path as measurement. A GPU
+kernel's reference is the unscheduled kernel built for this machine's CPU (GPU code needs
+bound threads, which the unscheduled kernel has none of), and the default it must beat
+is dlight's schedule of it on the device, which is what ``compile`` would otherwise use.
 """
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -35,23 +44,67 @@ def _buffers(func: tvm.tirx.PrimFunc, seed: int) -> list[np.ndarray]:
     return out
 
 
-def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seeds=VERIFY_SEEDS
-               ) -> tuple[list[np.ndarray], float]:
+@contextlib.contextmanager
+def _loaded(lib, target: tvm.target.Target, remote):
+    """``(module, device)`` of a built kernel: here, or uploaded to an RPC server."""
+    kind = {"llvm": "cpu"}.get(str(target.kind.name), str(target.kind.name))
+    if remote is None:
+        yield lib, tvm.device(kind, 0)
+        return
+    with tempfile.TemporaryDirectory(prefix="tvm-fusion-verify-") as tmp, \
+            remote.session() as sess:
+        path = Path(tmp) / "kernel.so"
+        lib.export_library(str(path))
+        sess.upload(str(path))
+        yield sess.load_module(path.name), sess.device(kind, 0)
+
+
+def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seeds=VERIFY_SEEDS, *,
+               remote=None) -> tuple[list[np.ndarray], float]:
     """Build ``mod``'s ``main`` PrimFunc, run it on seeded random buffers, and time it.
 
-    Returns the buffers after one run per seed (concatenated in seed order) and the
-    median time of a run in microseconds.
+    Parameters
+    ----------
+    mod : tvm.IRModule
+    target : tvm.target.Target
+    seeds : sequence of int
+    remote : tvm_fusion.tune.measure.RemoteDevice, optional
+        Run on a device behind an RPC tracker instead of this machine.
+
+    Returns
+    -------
+    (list of numpy.ndarray, float)
+        The buffers after one run per seed (concatenated in seed order) and the median
+        time of a run in microseconds.
     """
     func = mod["main"]
     lib = tvm.tirx.build(mod, target=target)
-    dev = tvm.cpu()
     outputs = []
-    for seed in seeds:
-        arrays = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
-        lib["main"](*arrays)
-        outputs += [a.numpy() for a in arrays]
-    timer = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=10)
-    return outputs, float(np.median(timer(*arrays).results)) * 1e6
+    with _loaded(lib, target, remote) as (rlib, dev):
+        for seed in seeds:
+            arrays = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
+            rlib["main"](*arrays)
+            outputs += [a.numpy() for a in arrays]
+        timer = rlib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=10)
+        return outputs, float(np.median(timer(*arrays).results)) * 1e6
+
+
+def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None
+                  ) -> tuple[list[np.ndarray], float]:
+    """The reference outputs of an unscheduled kernel and the default schedule's time.
+
+    On a CPU target both come from one run of the unscheduled kernel. On a GPU target
+    the outputs come from the unscheduled kernel on this machine's CPU, and the time
+    from dlight's default schedule on the device.
+    """
+    if str(target.kind.name) == "llvm":
+        return run_kernel(mod, target, remote=remote)
+    from ..gpu.cuda import default_gpu_schedule
+
+    ref, _ = run_kernel(mod, tvm.target.Target("llvm"))
+    _, default_us = run_kernel(default_gpu_schedule(mod, target), target, seeds=(0,),
+                               remote=remote)
+    return ref, default_us
 
 
 @dataclass(frozen=True)
@@ -71,17 +124,22 @@ class Verdict:
 class KernelVerifier:
     """Caches each workload's reference run and checks candidates against it."""
 
-    def __init__(self, target: tvm.target.Target):
+    def __init__(self, target: tvm.target.Target, remote=None):
         self.target = target
+        self.remote = remote  # a RemoteDevice: candidates run behind the RPC tracker
         self._ref: dict[int, tuple[list[np.ndarray], float]] = {}
+
+    def reference(self, key: int, workload: tvm.IRModule) -> tuple[list[np.ndarray], float]:
+        """``workload``'s reference buffers and default time, computed once per ``key``."""
+        if key not in self._ref:
+            self._ref[key] = reference_run(workload, self.target, remote=self.remote)
+        return self._ref[key]
 
     def check(self, key: int, workload: tvm.IRModule, candidate: tvm.IRModule) -> Verdict:
         """Compare ``candidate`` with the unscheduled ``workload`` (cached under ``key``)."""
-        if key not in self._ref:
-            self._ref[key] = run_kernel(workload, self.target)
-        ref, ref_us = self._ref[key]
+        ref, ref_us = self.reference(key, workload)
         try:
-            got, us = run_kernel(candidate, self.target)
+            got, us = run_kernel(candidate, self.target, remote=self.remote)
         except Exception as e:  # a candidate that does not build or run is a failure
             msg = f"candidate failed to build or run: {str(e).splitlines()[-1][:300]}"
             return Verdict(msg, float("inf"), ref_us)
