@@ -45,9 +45,20 @@ def _load(tdir: Path, *, warn: bool = False) -> LogDatabase:
         return LogDatabase(tdir, writable=False, warn=warn)
 
 
-def _mean_us(record) -> float:
+def _mean_us(record) -> float | None:
+    """Mean time of a record; None for a dry run's pick, which no device has run."""
+    from .costmodel.search import PREDICTED_RUN_S
+
     secs = [float(s) for s in record.run_secs]
+    if all(s == PREDICTED_RUN_S for s in secs):
+        return None
     return sum(secs) / len(secs) * 1e6
+
+
+def _rank_us(record) -> float:
+    """A record's time for ranking: a dry run's unmeasured pick after every measurement."""
+    us = _mean_us(record)
+    return float("inf") if us is None else us
 
 
 def _users(manifest: dict | None) -> tuple[dict[str, list[dict]], bool]:
@@ -93,6 +104,7 @@ def show(root: str | Path) -> list[dict]:
             workloads.append({
                 "workload": key, "records": len(recs),
                 "best_us": _mean_us(recs[0]) if recs else None,
+                "unmeasured": bool(recs) and _mean_us(recs[0]) is None,
                 "used_by": users.get(key, [])})
         cand = tdir / "candidates"
         candidates = None
@@ -132,10 +144,14 @@ def format_show(report: list[dict]) -> str:
                          f" kernels), {mdl['trials']} trials")
         cand = (f", {t['candidates_measured']} candidates measured"
                 if t["candidates_measured"] is not None else "")
-        lines.append(f"  {len(t['workloads'])} workloads, {t['records']} verified records{cand}")
+        guessed = sum(bool(w.get("unmeasured")) for w in t["workloads"])
+        guessed = f" ({guessed} best picked by --dry-run, not measured)" if guessed else ""
+        lines.append(f"  {len(t['workloads'])} workloads, {t['records']} verified records"
+                     f"{guessed}{cand}")
         lines.append(f"  {'workload':<22} {'records':>7} {'best us':>10}  kernel (model)")
         for w in t["workloads"]:
-            best = f"{w['best_us']:10.2f}" if w["best_us"] is not None else f"{'-':>10}"
+            best = (f"{w['best_us']:10.2f}" if w["best_us"] is not None
+                    else f"{'predicted':>10}" if w.get("unmeasured") else f"{'-':>10}")
             used = "; ".join(f"{u['kernel']} x{u['calls']} ({u['model']})" for u in w["used_by"])
             if not used:
                 used = ("no model in the manifest" if t["kernel_tables_complete"]
@@ -220,7 +236,7 @@ def _merge_target(name: str, seen, out: Path) -> dict:
                 order.append(canon)
             recs = db.records_of(wl)
             records_in += len(recs)
-            if recs and (best[canon] is None or _mean_us(recs[0]) < _mean_us(best[canon])):
+            if recs and (best[canon] is None or _rank_us(recs[0]) < _rank_us(best[canon])):
                 best[canon] = recs[0]
     entries = []
     for canon in order:
