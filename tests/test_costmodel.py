@@ -199,6 +199,13 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
     committed = {str(r.workload.mod["main"].attrs.get("global_symbol"))
                  for r in db.get_all_tuning_records()}
     assert len(db.get_all_tuning_records()) >= len(predicted) and committed
+    # a second pass over the same log re-searches neither the kernels that got a pick nor
+    # those whose picks were all no faster than the default loops
+    entry = next(iter(manifest["models"].values()))
+    again = tf.tune(model, hw, trials=2, logs=tmp_path, progress=False,
+                    cost_model=make_cost_model(trained, hw))
+    skipped = set(predicted) | set(entry.get("predicted_no_gain", {}))
+    assert not {p.task for p in again.picks} & skipped
 
 
 def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path):
