@@ -306,7 +306,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     on_device = device_here(tvm_target)
     if not dry and rpc_tracker is None:
         check_local_device(tvm_target, hw.name)
-    space = _resolve_space(search_space, tvm_target, hw)
+    space = _resolve_space(search_space, tvm_target)
     runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)
     graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
@@ -422,7 +422,7 @@ def device_here(tvm_target) -> bool:
     return True
 
 
-def _resolve_space(search_space, tvm_target, hw=None) -> SearchSpace | None:
+def _resolve_space(search_space, tvm_target) -> SearchSpace | None:
     """The space to tune in; None means MetaSchedule's built-in one."""
     if isinstance(search_space, SearchSpace):
         return search_space
