@@ -37,7 +37,7 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
         A name from ``hw_targets/`` or ``"host"``.
     planner : str
         ``"cost"`` (default): the hardware-aware planner, by predicted time on
-        ``target``. ``"fuseops"``: TVM FuseOps' op-kind rules, the baseline.
+        ``target``. ``"fuseops"``: TVM's own FuseOps partition, the baseline.
 
     Returns
     -------

@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
                     help="cost (default): the hardware-aware planner, by predicted time "
                          "on --target (also prints how its kernels differ from FuseOps'); "
-                         "fuseops: TVM FuseOps' op-kind rules")
+                         "fuseops: the partition TVM's own FuseOps makes")
     pl.add_argument("--explain", metavar="OP",
                     help="say why OP was or was not fused: a stable name such as "
                          "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
