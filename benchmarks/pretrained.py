@@ -15,6 +15,10 @@ the model held out of the shipped x86 cost model's training data), in one proces
 4. optionally (``--no-pretrained-row``) the same tuner without the pretrained model
    (MetaSchedule's XGBoost model from scratch), the ablation.
 
+``--ms-from RUN_DIR`` skips re-tuning stock MetaSchedule (an hour and a half at 64 per
+task on ppocr-cls here): the databases of an earlier run are applied with no new trial
+and timed side by side with our rows again, and that run's tuning wall times reported.
+
 A per-task budget ``b`` means ``b x n`` trials in all, where ``n`` is the number of
 tuning tasks MetaSchedule extracts from the FuseOps module: the same total for both
 tuners at the same ``b`` (our own task count on the same plan can differ slightly, as
@@ -83,6 +87,13 @@ def parse_args(argv):
     p.add_argument("--ms-same-budget", action=argparse.BooleanOptionalAction, default=True,
                    help="also run stock MetaSchedule with the total budget of our smallest "
                         "per-task budget (default on)")
+    p.add_argument("--ms-from", type=Path, default=None, metavar="RUN_DIR",
+                   help="re-time stock MetaSchedule from the --out directory of an earlier "
+                        "run of this benchmark (same model, target and --ms-per-task) "
+                        "instead of tuning it again: its databases are copied and applied "
+                        "with no new trial, and its tuning wall times are read from that "
+                        "run's results.json. Use it to re-run our rows against the same "
+                        "MetaSchedule result; the timing is still side by side")
     p.add_argument("--no-pretrained-row", action="store_true",
                    help="also run our tuner without the pretrained model at the same "
                         "budgets (the ablation)")
@@ -107,6 +118,20 @@ def parse_args(argv):
         p.error(f"unknown model {args.model!r}; known: {', '.join(model_registry.NAMES)}")
     if args.ms_per_task < 1:
         p.error("--ms-per-task must be at least 1")
+    if args.ms_from is not None:
+        args.ms_from = args.ms_from.expanduser().resolve()
+        try:
+            earlier = json.loads((args.ms_from / JSON_NAME).read_text())
+        except (OSError, ValueError) as err:
+            p.error(f"--ms-from {args.ms_from}: cannot read its {JSON_NAME} ({err}); give "
+                    "the --out directory of an earlier `python -m benchmarks.pretrained` "
+                    "run")
+        settings = earlier.get("settings", {})
+        for key in ("model", "ms_per_task"):
+            if settings.get(key) != getattr(args, key):
+                p.error(f"--ms-from {args.ms_from}: that run has {key} = "
+                        f"{settings.get(key)!r}, this one {getattr(args, key)!r}")
+        args.ms_earlier = earlier
     return args
 
 
@@ -174,10 +199,15 @@ class OursSeries:
         return prepare
 
 
-def ms_row(key: str, label: str, per_task: int | None, total: int, ctx: Context) -> tuple:
-    """A stock MetaSchedule row and its prepare function (``systems.prepare_metaschedule``)."""
+def ms_row(key: str, label: str, per_task: int | None, total: int, ctx: Context,
+           earlier: dict | None = None, earlier_dir: Path | None = None) -> tuple:
+    """A stock MetaSchedule row and its prepare function (``systems.prepare_metaschedule``;
+    with ``earlier``, the results of an earlier run in ``earlier_dir``, its database is
+    applied with no new trial)."""
     row = Row(key, label)
     row.extra.update(per_task=per_task, total_trials=total)
+    if earlier is not None:
+        return row, _reuse_ms(key, total, ctx, earlier, earlier_dir)
 
     def prepare(_ctx, r: Row):
         sub = Context(model=ctx.model, inputs=ctx.inputs, hw=ctx.hw, trials=total,
@@ -185,6 +215,42 @@ def ms_row(key: str, label: str, per_task: int | None, total: int, ctx: Context)
         return prepare_metaschedule(sub, r)
 
     return row, prepare
+
+
+def _reuse_ms(key: str, total: int, ctx: Context, earlier: dict, earlier_dir: Path):
+    """Prepare function re-building stock MetaSchedule's row ``key`` from an earlier run."""
+    import shutil
+
+    from .stock_ms import tune_and_build
+
+    def prepare(_ctx, r: Row):
+        old = next((x for x in earlier.get("rows", []) if x.get("key") == key), None)
+        src = earlier_dir / "work" / ctx.model.name / key / "metaschedule"
+        if old is None or not (src / "database_tuning_record.json").is_file():
+            raise RuntimeError(f"--ms-from {earlier_dir}: no {key} row or database "
+                               f"({src}) in that run")
+        if old.get("extra", {}).get("total_trials") != total:
+            raise RuntimeError(f"--ms-from {earlier_dir}: its {key} row tuned "
+                               f"{old.get('extra', {}).get('total_trials')} trials, this "
+                               f"run needs {total} (a different task count?)")
+        dst = ctx.work / key / "metaschedule"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+        executable, facts = tune_and_build(ctx.model.imported.mod, ctx.hw.tvm_target(), dst,
+                                           0, builder_timeout=ctx.ms_builder_timeout)
+        r.tune_s, r.compile_s = old.get("tune_s"), facts.pop("compile_s")
+        facts.pop("tune_s")
+        scheduled = facts.pop("scheduled")
+        called = called_kernels(executable)
+        r.kernels, r.untuned = len(called), sum(not scheduled.get(n, False) for n in called)
+        r.extra.update(facts, reused_from=str(src), reused_created=earlier.get("created"))
+        r.notes.extend(facts.get("notes", []))
+        r.notes.append(f"tuned in an earlier run ({earlier.get('created')}, {src}); its "
+                       "database applied here with no new trial, tuning wall time is that "
+                       "run's")
+        return vm_runner(executable, ctx.inputs)
+
+    return prepare
 
 
 def training_overlap(cost_model_path: Path, work: Path) -> dict:
@@ -423,6 +489,7 @@ def main(argv=None) -> int:
                     "loadavg_start": [round(x, 2) for x in os.getloadavg()],
                     "versions": {"tvm-fusion": tvm_fusion.__version__}},
         "settings": {"model": args.model, "target": hw.name, "per_task": budgets,
+                     "ms_from": str(args.ms_from) if args.ms_from else None,
                      "ms_per_task": args.ms_per_task, "ms_same_budget": args.ms_same_budget,
                      "no_pretrained_row": args.no_pretrained_row,
                      "cost_model": str(cost_model_path), "n_tasks": n_tasks,
@@ -446,13 +513,15 @@ def main(argv=None) -> int:
 
     plan = []  # (row, prepare) in run order
     ms_total = args.ms_per_task * n_tasks
+    earlier = getattr(args, "ms_earlier", None)
     ms_main, prep = ms_row(MS_KEY, f"MetaSchedule ({args.ms_per_task}/task)",
-                           args.ms_per_task, ms_total, ctx)
+                           args.ms_per_task, ms_total, ctx, earlier, args.ms_from)
     plan.append((ms_main, prep))
     if args.ms_same_budget:
         same = budgets[0] * n_tasks
         plan.append(ms_row(MS_SAME_KEY, f"MetaSchedule (same total as ours at "
-                                        f"{budgets[0]}/task)", None, same, ctx))
+                                        f"{budgets[0]}/task)", None, same, ctx, earlier,
+                           args.ms_from))
     series = [(OURS_KEY, "tvm-fusion + pretrained model", cost_model)]
     if args.no_pretrained_row:
         series.append((SCRATCH_KEY, "tvm-fusion, no pretrained model", "none"))

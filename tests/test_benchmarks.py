@@ -163,3 +163,24 @@ def test_pretrained_benchmark_smoke(tmp_path):
     assert any(s.startswith("trials per task ours needs to come within 5% of "
                             "MetaSchedule's result: ") for s in data["summary"])
     assert "trials per task ours needs" in proc.stdout  # the table is printed too
+
+    # --ms-from: stock MetaSchedule re-timed from that run's databases, no new trial.
+    again = tmp_path / "again"
+    proc = subprocess.run(cmd[:cmd.index("--per-task")] + [
+        "--per-task", "1", "--ms-per-task", "2", "--out", str(again), "--rounds", "2",
+        "--slot-ms", "100", "--ms-from", str(out)], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=900)
+    assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    data2 = json.loads((again / P_JSON).read_text())
+    old = {r["key"]: r for r in data["rows"] if r["key"].startswith("metaschedule")}
+    new = {r["key"]: r for r in data2["rows"] if r["key"].startswith("metaschedule")}
+    assert set(new) == set(old) == {"metaschedule", "metaschedule-same-budget"}
+    for key, r in new.items():
+        assert r["status"] == "ok" and r["tune_s"] == old[key]["tune_s"]
+        assert r["extra"]["reused_from"].startswith(str(out))
+        assert r["extra"]["records"] == old[key]["extra"]["records"]  # nothing re-tuned
+    # A run with another MetaSchedule budget cannot reuse it.
+    proc = subprocess.run(cmd[:cmd.index("--per-task")] + [
+        "--ms-per-task", "3", "--out", str(tmp_path / "bad"), "--ms-from", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "ms_per_task" in proc.stderr, proc.stderr[-2000:]
