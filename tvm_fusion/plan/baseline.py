@@ -17,18 +17,15 @@ from tvm import relax
 from tvm.ir import GenericConst
 
 from ..graph import OpGraph
-from ..graph.op_graph import call_tir_bindings
+from ..graph.op_graph import _is_call_tir, call_tir_bindings
 from .cost import estimate_us
 from .fusion_plan import FusedGroup, FusionPlan
 
 log = logging.getLogger(__name__)
 
+
 class _Unmapped(Exception):
     """A fused function's call could not be matched to one of the graph's nodes."""
-
-
-def _is_call_tir(expr) -> bool:
-    return isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir"
 
 
 def _key(expr, env: dict):
@@ -58,7 +55,7 @@ def _walk(bindings, env: dict, index: dict, member: list[int]) -> None:
         if _is_call_tir(b.value):
             node = index.get(_call_key(b.value, env))
             if node is None:
-                raise _Unmapped(f"{b.value.args[0].name_hint}")
+                raise _Unmapped(b.value.args[0].name_hint)
             env[b.var] = ("n", node)
             member.append(node)
         elif not isinstance(b.value, relax.Call):
