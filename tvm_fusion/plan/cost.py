@@ -23,6 +23,11 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     sum of FLOPs / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
     bf16 and int8 contractions where the target has one, else ``<dtype>_vector``
     (fp32_vector when the dtype has no entry).
+    CPUs: an activation (a tensor some node produces, not a model output) no larger
+    than the cores' L2 together (``l2_bytes_per_unit * compute_units``) stays in cache
+    between the kernel that writes it and the next that reads it, and is not DRAM
+    traffic of either (a parallel kernel leaves its slices in the L2 of the cores that
+    wrote them).
 ``memory_us``
     ``dram_bytes / dram_bandwidth_gbs``.
 ``tiles``, ``parallel_fraction``
@@ -30,8 +35,19 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     ceil(out elements / 256) for elementwise ops, ceil(out elements / 4096) (64x64
     tiles) for contractions, rows for reductions. ``parallel_fraction`` =
     min(1, tiles / compute_units): a group with 16 tiles keeps 16 of A100's 108 SMs busy.
+``launch_us``
+    GPUs: ``launch_overhead_us`` (one kernel). CPUs: ``CPU_CALL_US`` per kernel (the
+    Relax VM's call of a serial kernel, measured at 0.46 us on the development
+    machine) plus ``launch_overhead_us`` per *parallel loop nest*: TVM runs each
+    top-level nest of a kernel as its own parallel region (a fork-join of the thread
+    pool, measured at 6.7 us on the same machine). A GEMM/conv with its
+    elementwise epilogue and prologues is one nest; every other contraction, every pass
+    of a reduction, the elementwise ops after a reduction, and each elementwise
+    prologue of a reduction whose result also leaves the kernel are one more each. A nest
+    with fewer than 2 tiles runs serially and pays no fork-join. So on a CPU fusing a
+    conv with the reduction after it saves one call, not a fork-join.
 ``total_us``
-    ``max(compute_us, memory_us) / parallel_fraction + launch_overhead_us``.
+    ``max(compute_us, memory_us) / parallel_fraction + launch_us``.
 
 The rules per operator role live in ``RULES`` (a registry: one function per role adding
 its terms); :class:`AnalyticalCostModel` sums them into a frozen :class:`GroupCost`. The
@@ -51,6 +67,7 @@ from .op_info import OpInfo, graph_info
 
 ELEM_TILE = 256    # elements per independent tile of an elementwise op (one 256-thread block)
 GEMM_TILE = 4096   # output elements per GEMM/conv tile (64 x 64)
+CPU_CALL_US = 0.5  # the Relax VM's call of one serial kernel on a CPU (0.46 us measured)
 _DTYPE_KEY = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
               "int8": "int8", "uint8": "int8"}
 
@@ -163,6 +180,14 @@ def _reduction(model, nid, members, terms):
     info = model.infos[nid]
     _add_op(model, nid, terms, matrix=False, tiles=info.rows)
     if info.passes < 2:
+        # a window that overlaps its neighbours (3x3 stride-2 pooling reads each input
+        # 9/4 times) recomputes its fused producers once per extra read
+        reads = info.out_elems * info.reduce_len / max(info.in_bytes // info.dtype_bytes, 1)
+        for a in model.ancestors_in(nid, members) if reads > 1 else ():
+            anode = model.graph.nodes[a]
+            terms.recompute_flops += (reads - 1) * anode.flops
+            terms.compute_s += (reads - 1) * anode.flops / peak_flops(
+                model.hw, anode.dtype, matrix=False)
         return
     row = info.reduce_len * info.dtype_bytes
     fused_in = model.ancestors_in(nid, members)
@@ -234,19 +259,53 @@ class AnalyticalCostModel:
                 stack += [q for q in self.graph.nodes[p].inputs if q in members]
         return sorted(seen)
 
+    def cache_resident(self, nid: int) -> bool:
+        """Whether ``nid``'s result stays in cache between kernels (CPUs; see above)."""
+        hw = self.hw
+        if hw is None or hw.family != "cpu" or nid in self.outputs:
+            return False
+        l2 = hw.l2_bytes_per_unit * max(hw.compute_units, 1) or hw.llc_bytes
+        return self.graph.nodes[nid].bytes_written <= l2
+
     def traffic(self, members, private=frozenset()) -> int:
         """External input bytes (each outside producer once) plus escaping outputs.
 
         A ``private`` member's result never leaves (its other readers recompute it), but
-        what it reads does: the copies elsewhere read it from DRAM.
+        what it reads does: the copies elsewhere read it from DRAM. Cache-resident
+        activations (:meth:`cache_resident`) are neither read nor written from DRAM.
         """
-        outside = {p for n in members for p in self.graph.nodes[n].inputs if p not in members}
+        outside = {p for n in members for p in self.graph.nodes[n].inputs
+                   if p not in members and not self.cache_resident(p)}
         read_by_copies = {p for n in private for p in self.graph.nodes[n].inputs}
         return (sum(self.const_bytes(n) for n in members)
                 + sum(self.graph.nodes[p].bytes_written for p in outside)
                 + sum(self.graph.nodes[n].bytes_written for n in members
-                      if n not in private
+                      if n not in private and not self.cache_resident(n)
                       and (n in read_by_copies or self.escapes(n, members))))
+
+    def launch_us(self, members) -> float:
+        """Launch cost of one kernel computing ``members`` (``launch_us`` above)."""
+        hw = self.hw
+        if hw.family != "cpu":
+            return hw.launch_overhead_us
+        nests = []  # tiles of each top-level loop nest
+        for n in members:
+            info = self.infos[n]
+            if info.role == "contraction":
+                nests.append(math.ceil(info.out_elems / GEMM_TILE))
+            elif info.role == "reduction":
+                nests += [info.rows] * max(info.passes, 1)
+                if any(self.infos[u].role in ("elementwise", "opaque")
+                       for u in self.users[n] if u in members):
+                    nests.append(math.ceil(info.out_elems / ELEM_TILE))
+                # a prologue whose result is also needed elsewhere is written by its
+                # own nest, not inlined into the reduction's
+                nests += [math.ceil(self.infos[a].out_elems / ELEM_TILE)
+                          for a in self.ancestors_in(n, members)
+                          if self.infos[a].role == "elementwise" and self.escapes(a, members)]
+        if not nests:  # elementwise only: inlined into one nest
+            nests.append(min(math.ceil(self.infos[n].out_elems / ELEM_TILE) for n in members))
+        return CPU_CALL_US + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
 
     def group_cost(self, nodes: Iterable[int], *, private: Iterable[int] = ()) -> GroupCost:
         """The :class:`GroupCost` of one kernel computing ``nodes``.
@@ -267,13 +326,14 @@ class AnalyticalCostModel:
         frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
+        launch_us = self.launch_us(members)
         cost = GroupCost(
             nodes=tuple(sorted(members)), flops=terms.flops + terms.recompute_flops,
             recompute_flops=terms.recompute_flops, dram_bytes=dram,
             spill_bytes=terms.spill_bytes, staged_bytes=terms.staged_bytes,
             onchip_bytes=onchip_capacity(hw), tiles=terms.tiles, parallel_fraction=frac,
-            compute_us=compute_us, memory_us=memory_us, launch_us=hw.launch_overhead_us,
-            total_us=max(compute_us, memory_us) / frac + hw.launch_overhead_us)
+            compute_us=compute_us, memory_us=memory_us, launch_us=launch_us,
+            total_us=max(compute_us, memory_us) / frac + launch_us)
         self._cache[key] = cost
         return cost
 

@@ -29,7 +29,7 @@ from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
 from .patterns import match_pattern
-from .legality import GroupGraph, gpu_violation, violation
+from .legality import GroupGraph, cpu_violation, gpu_violation, violation
 from .op_info import graph_info, node_name
 
 EPS_US = 1e-6  # a merge must save more than this to be made
@@ -53,6 +53,7 @@ class CostPlanner:
         """Why ``nodes`` may not be one kernel on this target (None: they may)."""
         return (violation(self.graph, self.infos, nodes)
                 or gpu_violation(self.rules, nodes)
+                or cpu_violation(self.rules, nodes)
                 or sibling_violation(self.rules, nodes))
 
     def cost(self, nodes, private=()) -> GroupCost:
@@ -88,12 +89,18 @@ class CostPlanner:
                         pairs.add((a, b))
         return sorted(pairs)
 
+    def _key(self, saving, fused, a, b, sibling):
+        """Heap order: largest saving first; on a tie (to 1 ns) a merge into a GEMM/conv
+        (an epilogue, as FuseOps would make it) before one into a reduction's prologue."""
+        epilogue = any(self.infos[n].role == "contraction" for n in fused.nodes)
+        return (-round(saving, 3), not epilogue, a, b, sibling)
+
     def _push(self, heap, a, b, sibling=False):
         _, bad, fused, parts = self.evaluate(a, b, sibling)
         if bad is None:
             saving = sum(p.total_us for p in parts) - fused.total_us
             if saving > EPS_US:
-                heapq.heappush(heap, (-saving, a, b, sibling))
+                heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
 
     def priority_fusion(self) -> int:
         """Make every profitable merge, largest saving first; return how many."""
@@ -104,7 +111,7 @@ class CostPlanner:
         for a, b in self.siblings():
             self._push(heap, a, b, True)
         while heap:
-            _, a, b, sibling = heapq.heappop(heap)
+            _, _, a, b, sibling = heapq.heappop(heap)
             if a not in self.gg.members or b not in self.gg.members:
                 continue
             if sibling and not self.independent(a, b):  # a merge elsewhere joined them
@@ -115,8 +122,8 @@ class CostPlanner:
             saving = sum(p.total_us for p in parts) - fused.total_us
             if saving <= EPS_US:
                 continue
-            if heap and saving < -heap[0][0] - EPS_US:  # stale score: re-queue
-                heapq.heappush(heap, (-saving, a, b, sibling))
+            if heap and round(saving, 3) < -heap[0][0]:  # stale score: re-queue
+                heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
                 continue
             new = self.gg.merge(gids)
             merges += 1

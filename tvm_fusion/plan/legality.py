@@ -82,6 +82,48 @@ def gpu_violation(model, members) -> str | None:
             f"{res.kernels} plain-loop kernels")
 
 
+def cpu_violation(model, members) -> str | None:
+    """Why ``members`` should not be one kernel on a CPU target, or None.
+
+    A GEMM/conv and a reduction after it stay two parallel loop nests in one CPU kernel
+    (MetaSchedule's CPU rules tile the GEMM/conv; the reduction reads its whole result).
+    When that result stays in cache between two kernels anyway
+    (:meth:`~tvm_fusion.plan.cost.AnalyticalCostModel.cache_resident`), fusing them
+    saves one VM call (``cost.CPU_CALL_US``), no fork-join and no DRAM traffic, while it
+    turns two tuning tasks into one whose space is the product of both. Measured on
+    PP-OCR cls (256 trials per plan, 2026-11-29): such conv+mean kernels ran 0-15%
+    slower after tuning than the conv and the mean apart. A result too large for the
+    cache still may be fused (the cost model weighs the DRAM traffic it saves). GPUs
+    have their own rule from dlight (:func:`gpu_violation`).
+
+    Parameters
+    ----------
+    model : AnalyticalCostModel
+        Of the graph and the target (GPU targets: always None).
+    members : iterable of int
+    """
+    if model.hw.family != "cpu":
+        return None
+    members = set(members)
+    for n in sorted(members):
+        if model.infos[n].role != "reduction":
+            continue
+        for g in model.ancestors_in(n, members):
+            if model.infos[g].role != "contraction":
+                continue
+            # what the reduction reads of the GEMM/conv's result (its epilogue applied)
+            feeds = [p for p in model.graph.nodes[n].inputs if p in members
+                     and (p == g or g in model.ancestors_in(p, members))]
+            if feeds and all(model.cache_resident(p) for p in feeds):
+                names = [node_name(model.graph.nodes[x]) for x in (g, n)]
+                size = sum(model.graph.nodes[p].bytes_written for p in feeds)
+                return (f"on a CPU {names[0]} and the reduction {names[1]} after it stay "
+                        f"two parallel loop nests, and the {size} B between them stays in "
+                        f"cache either way: one kernel saves a call, not a fork-join or "
+                        f"DRAM traffic, and makes one tuning task of two")
+    return None
+
+
 class GroupGraph:
     """A partition of the op graph into groups, with the edges between groups."""
 
