@@ -137,7 +137,8 @@ def test_kernel_results_and_curve_read_what_tuning_measured(model, tuned, tmp_pa
     best = view.best_us()["host"]
     for t in report.tasks:
         if t.best_us is not None:
-            assert best[t.name] == pytest.approx(t.best_us, rel=0.2)  # mean vs median
+            # mean vs median of the repeats: 20%, or 50 ns for kernels of a few ns
+            assert best[t.name] == pytest.approx(t.best_us, rel=0.2, abs=0.05)
     assert all(t.name in view._repr_html_() for t in report.tasks if t.best_us is not None)
 
     plot_tuning_curves([curve]).savefig(tmp_path / "curve.png")

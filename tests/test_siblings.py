@@ -10,8 +10,12 @@ target       siblings (one kernel)               apart (two kernels)
 ===========  ==================================  ==================================
 a100         3 MB / 2039 GB/s + 4 us = 5.54 us   2 x (2 MB / 2039 GB/s + 4) = 10.06
 mi250x       3 MB / 1638.4 GB/s + 8 = 9.92       2 x (2 MB / 1638.4 GB/s + 8) = 18.56
-x86_avx2     3 MB / 68 GB/s + 5 = 51.26          2 x (2 MB / 68 GB/s + 5) = 71.68
+x86_avx2     2 MB / 68 GB/s + 5.5 = 36.34        2 x (1 MB / 68 GB/s + 5.5) = 41.84
 ===========  ==================================  ==================================
+
+On x86 the 1 MB softmax output stays in the cores' L2 (16 x 256 KB) for its readers, so
+only the 2 MB of outputs are DRAM traffic either way and what the siblings save is one
+parallel nest (5 us) and one VM call (0.5 us).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def siblings():
 @pytest.mark.parametrize("target,fused,apart,term", [
     ("a100", 3 * MB / 2039e3 + 4, 2 * (2 * MB / 2039e3 + 4), "launch overhead"),
     ("mi250x", 3 * MB / 1638.4e3 + 8, 2 * (2 * MB / 1638.4e3 + 8), "launch overhead"),
-    ("x86_avx2", 3 * MB / 68e3 + 5, 2 * (2 * MB / 68e3 + 5), "DRAM traffic"),
+    ("x86_avx2", 2 * MB / 68e3 + 5.5, 2 * (MB / 68e3 + 5.5), "launch overhead"),
 ])
 def test_two_transposes_of_one_tensor_become_one_kernel(siblings, target, fused, apart, term):
     _, graph = siblings
@@ -61,7 +65,8 @@ def test_two_transposes_of_one_tensor_become_one_kernel(siblings, target, fused,
     assert group.est_us == pytest.approx(fused) and group.unfused_us == pytest.approx(apart)
     assert group.decided_by == term
     assert group.reason.startswith("siblings reading softmax#0 (one loop nest); fused:")
-    assert group.kept_on_chip_bytes == MB  # the second read of the softmax output
+    # the second read of the softmax output (on x86 it is read from L2 either way)
+    assert group.kept_on_chip_bytes == (0 if target == "x86_avx2" else MB)
     assert "siblings reading softmax#0" in plan.explain("transpose#1")
     # the decision survives the JSON round trip
     again = FusionPlan.from_json(json.loads(json.dumps(plan.to_json())))
