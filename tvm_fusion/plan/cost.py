@@ -7,6 +7,11 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     constant/model input a member reads, and each tensor produced outside the group
     (once, however many members read it). Escaping outputs: members read outside the
     group or returned by the model. Intermediates read only inside stay on chip.
+    CPUs: an activation (a tensor some node produces, not a model output) no larger
+    than the cores' L2 together (``l2_bytes_per_unit * compute_units``) stays in cache
+    between the kernel that writes it and the next that reads it, and is not DRAM
+    traffic of either (a parallel kernel leaves its slices in the L2 of the cores that
+    wrote them).
 ``staged_bytes`` (the working set one block or core task must hold)
     For a multi-pass reduction (``passes`` >= 2: softmax, layer norm) whose producer is
     in the group, one row of its input: ``reduce_len * dtype bytes``. Elementwise chains
@@ -23,11 +28,6 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     sum of FLOPs / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
     bf16 and int8 contractions where the target has one, else ``<dtype>_vector``
     (fp32_vector when the dtype has no entry).
-    CPUs: an activation (a tensor some node produces, not a model output) no larger
-    than the cores' L2 together (``l2_bytes_per_unit * compute_units``) stays in cache
-    between the kernel that writes it and the next that reads it, and is not DRAM
-    traffic of either (a parallel kernel leaves its slices in the L2 of the cores that
-    wrote them).
 ``memory_us``
     ``dram_bytes / dram_bandwidth_gbs``.
 ``tiles``, ``parallel_fraction``
