@@ -62,3 +62,23 @@ def test_shipped_embedded_logs_compile_load_fresh_and_match_onnxruntime(tmp_path
         assert err < 1e-4, err
     """, tmp_path)
     assert _digest() == before  # nothing was measured or written
+
+
+def test_shipped_h200_records_were_measured_on_an_h200_and_compile_for_it(tmp_path):
+    """The records measured on a lent H200 (tvm-fusion offline) build the embedded model.
+
+    No GPU here: the CUDA module is generated and checked against the target's limits,
+    which is what deployment does before it loads it on the device.
+    """
+    import json
+
+    import tvm_fusion as tf
+    from tvm_fusion.embedded import build_embedded_model
+
+    manifest = json.loads((SHIPPED / "h200" / "manifest.json").read_text())
+    measured_on = {m.get("offline", {}).get("device") for m in manifest["models"].values()}
+    assert measured_on == {"NVIDIA H200"}
+    model = tf.import_model(build_embedded_model(), name="embedded")
+    compiled = tf.compile_model(model, "h200", logs=SHIPPED)
+    assert len(compiled.untuned) < len(compiled.kernels)  # some kernels run tuned schedules
+    assert compiled.export(tmp_path / "m.so").stat().st_size > 0

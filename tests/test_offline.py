@@ -1,0 +1,105 @@
+"""Offline measurement: export a bundle, run it with TVM's runtime alone, import records.
+
+The device here is this machine's CPU; the runner runs in a fresh process with
+``TVM_USE_RUNTIME_LIB=1`` (no compiler library loaded), as on a device machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tvm_fusion as tf
+from tvm_fusion.embedded import build_embedded_model
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+from tvm_fusion.tune import offline
+from tvm_fusion.tune.logs import open_database
+from tvm_fusion.tune.offline_runner import Results
+
+RUNNER = Path(offline.__file__).with_name("offline_runner.py")
+
+
+def _run_device(bundle: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1"}
+    return subprocess.run([sys.executable, str(RUNNER), str(bundle), "--repeat", "3"],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    model = tf.import_model(build_embedded_model(), name="embedded")
+    bundle = offline.export_bundle([model], "host", tmp_path_factory.mktemp("b") / "bundle",
+                                   plans=("cost",), candidates=3, progress=lambda s: None)
+    # one kernel's CPU reference is spoiled: its default must fail the check on the
+    # device, and none of its candidates may become a record
+    meta = json.loads((bundle / "bundle.json").read_text())
+    spoiled = meta["kernels"][0]
+    ref = dict(np.load(bundle / spoiled["ref"]))
+    np.savez(bundle / spoiled["ref"], **{k: v + 1.0 for k, v in ref.items()})
+    proc = _run_device(bundle)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return model, bundle, meta, spoiled, proc
+
+
+def test_runner_checks_models_and_kernels_with_the_runtime_only(measured):
+    model, bundle, meta, spoiled, proc = measured
+    models, kernels = offline.read_results(bundle)
+    row = models["embedded.cost"]
+    assert row["matches_onnxruntime"] and row["max_rel_error"] < 1e-4
+    assert row["median_ms"] > 0
+    assert set(kernels) == {k["lib"] for k in meta["kernels"]}
+    assert "differs from the CPU reference" in kernels[spoiled["lib"]]["default_error"]
+    for k in meta["kernels"]:
+        if k is spoiled:
+            continue
+        row = kernels[k["lib"]]
+        assert "default_error" not in row, row
+        assert row["default_max_rel_error"] < 1e-4
+        assert set(row["candidates"]) == set(k["candidates"])
+
+
+def test_imported_records_build_a_model_that_matches_onnxruntime(measured, tmp_path):
+    model, bundle, meta, spoiled, _ = measured
+    summary = offline.import_measurements(bundle, tmp_path / "logs")
+    assert summary.records >= 1 and summary.kernels_improved >= 1
+    db = open_database(tmp_path / "logs" / "host", create=False)
+    with db:
+        keys = {db.workload_key(wl) for wl in db.workloads() if db.records_of(wl)}
+    assert spoiled["workload"][0] not in keys  # no record from a kernel whose check failed
+    compiled = tf.compile_model(model, "host", logs=tmp_path / "logs")
+    assert len(compiled.untuned) < len(compiled.kernels)
+    inputs = random_inputs(model.inputs)
+    got = tf.load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    for g, w in zip(got, run_onnxruntime(model.onnx_model, inputs), strict=True):
+        assert max_rel_error(np.asarray(g), w) < 1e-4
+
+
+def test_a_process_that_dies_on_a_candidate_skips_it_when_run_again(tmp_path):
+    path = tmp_path / "results.jsonl"
+    lines = [{"kind": "start"}, {"kind": "inflight", "lib": "k0.so", "name": "c0"},
+             {"kind": "inflight", "lib": "k0.so", "name": "c1"},
+             {"kind": "kernel", "lib": "k0.so"},
+             {"kind": "inflight", "lib": "k1.so", "name": "c0"},
+             {"kind": "inflight", "lib": "k1.so", "name": "c1"},  # died here
+             {"kind": "start"}, {"kind": "inflight", "lib": "k1.so", "name": "c0"},
+             {"kind": "inflight", "lib": "k1.so", "name": "c2"}]  # and here
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "ker')
+    r = Results(path)
+    assert r.done == {"k0.so"}
+    assert r.crashed == {"k1.so": {"c1", "c2"}}
+
+
+def test_the_runners_error_measure_is_the_one_tune_and_run_use():
+    from tvm_fusion.tune import offline_runner
+
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((4, 5)).astype("float32")
+    cases = [want + 1e-5, want, np.full_like(want, np.inf), want.astype("float64")]
+    for got in cases:
+        assert offline_runner.max_rel_error(got, want) == max_rel_error(got, want)
