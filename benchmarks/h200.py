@@ -31,9 +31,11 @@ which writes ``.whl/`` (ignored by git) and prints the device command to run, e.
     PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 python3 benchmarks/h200.py --out $OUT
     --budget-s 480
 
-with ``carry: [".whl"]`` and ``timeout_s`` 600. After the run, copy ``$OUT``'s
-``tuning_logs_h200/*`` to ``tuning_logs/h200/`` and the table into
-benchmarks/RESULTS.md.
+with ``carry: [".whl"]`` and ``timeout_s`` 600. After the run, merge ``$OUT``'s
+``tuning_logs_h200/*`` into ``tuning_logs/h200/`` (``tvm-fusion logs merge``: it already
+holds records measured through ``tvm-fusion offline``, see its README) and put the
+table into benchmarks/RESULTS.md. Not run yet: the one lent H200 session used the
+offline route (``benchmarks/offline_device.sh``), which needs no TVM compiler there.
 """
 
 from __future__ import annotations

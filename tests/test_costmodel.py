@@ -218,6 +218,9 @@ def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path
     assert default_cost_model(load_target("x86_zen4")) == shipped
     assert default_cost_model(load_target("a100")) is None
     assert default_cost_model(load_target("x86_avx512")) is None  # another CPU
+    h200 = ROOT / "tuning_logs" / "h200" / "costmodel.json"  # trained on the lent H200
+    assert default_cost_model(load_target("h200")) == h200
+    assert default_cost_model(load_target("h100")) == h200  # the same TVM target (sm_90)
     zen4 = load_target("x86_zen4").tvm_config
     if load_target("host").tvm_config == zen4:  # this machine is the model's hardware
         assert default_cost_model(load_target("host")) == shipped

@@ -72,6 +72,10 @@ def test_imported_records_build_a_model_that_matches_onnxruntime(measured, tmp_p
     with db:
         keys = {db.workload_key(wl) for wl in db.workloads() if db.records_of(wl)}
     assert spoiled["workload"][0] not in keys  # no record from a kernel whose check failed
+    timed = open_database(tmp_path / "logs" / "host" / "candidates", create=False)
+    verified = sum(c.get("verified", False) for row in offline.read_results(bundle)[1].values()
+                   for c in row["candidates"].values() if "default_error" not in row)
+    assert len(timed) == verified  # every verified timing, for cost-model training
     compiled = tf.compile_model(model, "host", logs=tmp_path / "logs")
     assert len(compiled.untuned) < len(compiled.kernels)
     inputs = random_inputs(model.inputs)

@@ -338,6 +338,8 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     manifest = read_manifest(tdir, expect=hw)
     manifest["target"] = target_identity(hw)
     db = open_database(tdir, create=True)
+    # every verified timing, as tune's candidates/ (what `cost-model train` reads)
+    cand_db = open_database(tdir / "candidates", create=True)
     n_rec, improved, rejected = 0, 0, {}
     # a kernel's workload key is MetaSchedule's hash, the first field of its JSON; only
     # kernels that get a record have their workload (1-500 KB of TIR each) written
@@ -347,6 +349,13 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
         if row is None or row.get("default_error"):
             continue  # not run, or its default failed: nothing here can be trusted
         wl = ms.database.Workload.from_json(k["workload"])
+        cwl = None
+        for name, c in row["candidates"].items():
+            if c.get("verified"):
+                cwl = cwl or cand_db.commit_workload(wl.mod)
+                obj = list(k["records"][name])
+                obj[1] = [float(t) for t in c["run_secs"]]
+                cand_db.commit_tuning_record(ms.database.TuningRecord.from_json(obj, cwl))
         default_s = row["default_us"] / 1e6
         ok = [(c["median_us"], name, c) for name, c in row["candidates"].items()
               if c.get("verified")]
