@@ -378,6 +378,7 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
             if kept == keep:
                 break
         improved += bool(kept)
+    stored = {db.workload_key(w) for w in db.workloads()}  # the records are all in now
     for model_hash, p in bundle.get("plans", {}).items():
         n = sum(len(kernels[k["lib"]]["candidates"]) for k in bundle["kernels"]
                 if p["source"] in k["models"] and k["lib"] in kernels)
@@ -390,7 +391,6 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
                      "inputs": p["inputs"]}
             manifest["models"][model_hash] = entry
         entry["trials"] += n
-        stored = {db.workload_key(w) for w in db.workloads()}
         # the kernels with a record (``logs show`` / ``prune`` read which model uses which)
         entry["kernels"] = {name: {"workload": keys[lib], "calls": calls}
                             for name, calls, lib in p["tasks"] if keys[lib] in stored}
