@@ -67,12 +67,22 @@ def test_ranking_metrics_by_definition():
     wl = np.array(["a", "a", "a", "b", "b", "c"], dtype=object)
     perfect = -lat
     m = ranking_metrics(perfect, lat, wl)
-    assert m["pairwise_accuracy"] == 1.0 and m["pairs"] == 4
-    assert m["top1"] == 1.0 and m["top1_workloads"] == 2  # "c" has a single candidate
+    assert m["pairwise_accuracy"] == 1.0 and m["pooled_pairwise_accuracy"] == 1.0
+    assert m["pairs"] == 4 and m["workloads"] == 2  # "c" has a single candidate
+    assert m["top1"] == 1.0 and m["top5"] == 1.0
     m = ranking_metrics(lat, lat, wl)  # exactly reversed
-    assert m["pairwise_accuracy"] == 0.0
-    # a: picks 4.0 (best 1.0) -> 0.25; b: picks 3.0 (best 1.0) -> 1/3
-    assert m["top1"] == pytest.approx((0.25 + 1 / 3) / 2)
+    assert m["pairwise_accuracy"] == 0.0 and m["pooled_pairwise_accuracy"] == 0.0
+    # TenSet's peak score, weighted by candidates: a picks 4.0 (best 1.0) -> 0.25, then
+    # 2.0 -> 0.5, then 1.0 -> 1; b picks 3.0 -> 1/3, then 1.0 -> 1.
+    assert m["top1"] == pytest.approx((3 * 0.25 + 2 / 3) / 5)
+    assert m["top5"] == pytest.approx((3 * (0.25 + 0.5 + 1) / 3 + 2 * (1 / 3 + 1) / 2) / 5)
+    # per workload, weighted by candidates: a big workload does not count n^2 times
+    lat2 = np.concatenate([np.arange(1.0, 7.0), [1.0, 2.0]])
+    wl2 = np.array(["big"] * 6 + ["small"] * 2, dtype=object)
+    scores = np.concatenate([-lat2[:6], lat2[6:]])  # big ranked right, small reversed
+    m = ranking_metrics(scores, lat2, wl2)
+    assert m["pairwise_accuracy"] == pytest.approx(6 / 8)
+    assert m["pooled_pairwise_accuracy"] == pytest.approx(15 / 16)
 
 
 def test_train_save_load_eval_round_trip(dataset, trained, tmp_path):
