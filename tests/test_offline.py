@@ -84,6 +84,25 @@ def test_imported_records_build_a_model_that_matches_onnxruntime(measured, tmp_p
         assert max_rel_error(np.asarray(g), w) < 1e-4
 
 
+def test_a_candidate_far_slower_than_the_default_is_neither_checked_nor_timed(
+        measured, tmp_path, monkeypatch):
+    from tvm_fusion.tune import offline_runner
+
+    _, bundle, meta, spoiled, _ = measured
+    monkeypatch.setattr(offline_runner, "SLOW_CALL_S", 0.0)  # every call is "too slow"
+    monkeypatch.setattr(offline_runner, "SLOW_FACTOR", 0.0)
+    results = tmp_path / "results.jsonl"
+    assert offline_runner.main([str(bundle), "--only", "kernels", "--results",
+                                str(results)]) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    kernels = [r for r in rows if r["kind"] == "kernel" and "default_error" not in r]
+    assert len(kernels) == len(meta["kernels"]) - 1  # all but the spoiled one
+    for row in kernels:
+        for c in row["candidates"].values():
+            assert not c["verified"] and "run_secs" not in c
+            assert c["error"].startswith("too slow to check and time: one call took")
+
+
 def test_a_process_that_dies_on_a_candidate_skips_it_when_run_again(tmp_path):
     path = tmp_path / "results.jsonl"
     lines = [{"kind": "start"}, {"kind": "inflight", "lib": "k0.so", "name": "c0"},

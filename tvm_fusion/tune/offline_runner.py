@@ -27,6 +27,10 @@ from pathlib import Path
 import numpy as np
 
 RTOL = 1e-4  # as tune's verification (verify.KERNEL_RTOL) and ``run --rtol``
+# A random schedule can be thousands of times slower than the default (a 10 ms kernel
+# run for minutes on one core). One call that slow is not checked nor timed further:
+# it would hold the device for the 3 seeds and the timing runs, and would never win.
+SLOW_CALL_S, SLOW_FACTOR = 1.0, 100.0
 
 
 def _load_tvm(device: str):
@@ -162,6 +166,10 @@ def run_model(tvm, m: dict, root: Path, dev, repeat: int) -> dict:
             "calls_per_sample": number}
 
 
+class SlowCandidate(Exception):
+    """A candidate whose one call took far longer than the default schedule's."""
+
+
 def _time(lib, name, dev, args) -> list[float]:
     timer = lib.time_evaluator(name, dev, number=1, repeat=5, min_repeat_ms=5)
     return [float(s) for s in timer(*args).results]
@@ -218,7 +226,14 @@ def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
             worst = 0.0
             for s in seeds:
                 arrays = [tvm.runtime.tensor(a, dev) for a in host[s]]
+                t0 = time.perf_counter()
                 lib[name](*arrays)
+                dev.sync()
+                took = time.perf_counter() - t0
+                if took > max(SLOW_CALL_S, SLOW_FACTOR * row["default_us"] * 1e-6):
+                    raise SlowCandidate(f"too slow to check and time: one call took "
+                                        f"{took:.2f} s, the default "
+                                        f"{row['default_us']:.4g} us")
                 worst = max([worst] + [max_rel_error(a.numpy(), w)
                                        for a, w in zip(arrays, want[s])])
             c["max_rel_error"] = worst
@@ -226,6 +241,8 @@ def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
             secs = _time(lib, name, dev, arrays)
             c["run_secs"] = secs
             c["median_us"] = float(np.median(secs)) * 1e6
+        except SlowCandidate as e:
+            c = {"verified": False, "error": str(e)}
         except Exception as e:  # noqa: BLE001
             c = {"verified": False,
                  "error": str(e).strip().splitlines()[-1][:300] if str(e) else repr(e)}
