@@ -16,7 +16,8 @@ import pytest
 
 from tvm_fusion.cli import main
 from tvm_fusion.costmodel import (CostModelError, load_dataset, load_model, make_cost_model,
-                                  ranking_metrics, split_holdout, train_model)
+                                  ranking_metrics, split_holdout, split_within,
+                                  train_model)
 from tvm_fusion.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +109,32 @@ def test_holdout_leaves_workloads_out_of_training(dataset):
     assert set(model.meta["train_workloads"]) == set(train.workloads)
     with pytest.raises(CostModelError, match="matches no database path"):
         split_holdout(dataset, "no-such-model")
+
+
+def test_within_split_holds_out_part_of_every_workload(dataset, tmp_path, capsys):
+    """TenSet's within_task protocol: every kernel stays in training, a share of each
+    kernel's candidates is held out, no candidate is on both sides."""
+    train, held = split_within(dataset, 0.25, seed=3)
+    assert len(train) == 27 and len(held) == 9  # 12 per kernel: int(12 * 0.75) = 9 kept
+    assert set(train.workloads) == set(held.workloads) == set(dataset.workloads)
+    key = lambda d: set(zip(d.workload.tolist(), d.latency_s.tolist()))
+    assert not key(train) & key(held)
+    again, _ = split_within(dataset, 0.25, seed=3)
+    np.testing.assert_array_equal(again.latency_s, train.latency_s)  # seeded
+    with pytest.raises(CostModelError, match="fraction"):
+        split_within(dataset, 1.5)
+    model = tmp_path / "w.json"
+    assert main(["cost-model", "train", "--logs", str(FIXTURE), "--target", HW, "--split",
+                 "within", "--holdout", "0.25", "--rounds", "10", "-o", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "held out: 9 candidates (0.25 of each workload's)" in out
+    assert "within_task" in out and "3 workloads with 2+ candidates" in out
+    meta = json.loads((tmp_path / "w.json.meta.json").read_text())
+    assert meta["data"]["holdout_split"] == "within"
+    assert meta["metrics"]["holdout"]["candidates"] == 9
+    assert main(["cost-model", "train", "--logs", str(FIXTURE), "--target", HW, "--split",
+                 "within", "--holdout", "ppocr-cls", "-o", str(model)]) == 2
+    assert "must be a number" in capsys.readouterr().err
 
 
 def test_other_feature_version_is_a_clear_error(trained, tmp_path):

@@ -14,7 +14,7 @@ _EXPORTS = {
     "FEATURE_VERSION": "features", "FeatureBuilder": "features", "feature_names": "features",
     "CostModelError": "model", "RankModel": "model", "format_metrics": "model",
     "load_model": "model", "ranking_metrics": "model", "split_holdout": "model",
-    "train_model": "model", "PretrainedCostModel": "ms_model",
+    "split_within": "model", "train_model": "model", "PretrainedCostModel": "ms_model",
 }
 __all__ = [*_EXPORTS, "make_cost_model"]
 

@@ -41,20 +41,35 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
-    from .model import DEFAULT_ROUNDS, format_metrics, split_holdout, train_model
+    from .model import (DEFAULT_ROUNDS, CostModelError, format_metrics, split_holdout,
+                        split_within, train_model)
 
+    if args.split == "within":
+        try:
+            fraction = float(args.holdout or 0.1)
+        except ValueError:
+            raise CostModelError(f"--split within holds out a fraction of each workload's "
+                                 f"candidates; --holdout must be a number such as 0.1, got "
+                                 f"{args.holdout!r}") from None
     data = _load(args)
     held = None
-    if args.holdout:
+    if args.split == "within":
+        data, held = split_within(data, fraction, seed=args.seed)
+        print(f"held out: {len(held)} candidates ({fraction:g} of each workload's); "
+              f"training on {len(data)} candidates of {len(data.workloads)} workloads")
+    elif args.holdout:
         data, held = split_holdout(data, args.holdout)
         print(f"held out: {len(held)} candidates of {len(held.workloads)} workloads; "
               f"training on {len(data)} candidates of {len(data.workloads)} workloads")
-    model = train_model(data, rounds=args.rounds or DEFAULT_ROUNDS, holdout=held, seed=args.seed)
+    model = train_model(data, rounds=args.rounds or DEFAULT_ROUNDS, holdout=held,
+                        split=args.split, seed=args.seed)
     path = model.save(args.output)
     print(f"wrote {path} and {path.name}.meta.json")
     print("training set:\n  " + format_metrics(model.meta["metrics"]["train"]).replace("\n", "\n  "))
     if held is not None:
-        print("held-out workloads:\n  "
+        what = ("held-out candidates of trained workloads (TenSet's within_task split)"
+                if args.split == "within" else "held-out workloads")
+        print(f"{what}:\n  "
               + format_metrics(model.meta["metrics"]["holdout"]).replace("\n", "\n  "))
     return 0
 
@@ -107,6 +122,13 @@ def add_parser(sub) -> None:
                     help="keep workloads out of training and report metrics on them: a "
                          "fraction (0.2) of workloads at random, or a substring of database "
                          "paths (ppocr-cls) to hold out one model's kernels")
+    tr.add_argument("--split", choices=("workloads", "within"), default="workloads",
+                    help="workloads (default): --holdout keeps whole kernels out, the "
+                         "question a new model asks. within: hold out the --holdout "
+                         "fraction (default 0.1) of every kernel's candidates and train on "
+                         "the rest of every kernel, TenSet's default protocol (its "
+                         "published reference numbers are within-task); for comparison "
+                         "only, since the model then lacks those candidates")
     tr.add_argument("--rounds", type=int, default=None,
                     help="boosting rounds (default: the model's default)")
     tr.add_argument("--seed", type=int, default=0)
