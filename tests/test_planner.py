@@ -424,3 +424,24 @@ def test_random_dags_give_convex_acyclic_correct_plans(seed):
         assert plan.est_us <= tf.plan_fusion(graph, t, planner="fuseops").est_us + 1e-9
         assert all(r.fused_us is None or r.fused_us >= r.unfused_us for r in plan.rejected)
     _check_against_onnxruntime(model, plan)
+
+
+def test_run_time_branch_is_a_plan_error_naming_the_input():
+    """An If on an input's value (silero-vad's sample-rate switch) cannot be one static
+    graph: the error names the input it reads and says how to fix the model."""
+    vi = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [1, 8])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [vi("e", TensorProto.FLOAT, [1, 8])])
+    rate = helper.make_tensor("rate", TensorProto.INT64, [], [16000])
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+         helper.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other)],
+        "branchy", [vi("x", TensorProto.FLOAT, [1, 8]), vi("sr", TensorProto.INT64, [])],
+        [vi("y", TensorProto.FLOAT, [1, 8])], initializer=[rate])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    imported = tf.import_model(model, name="branchy")
+    with pytest.raises(PlanError, match="from the value of input 'sr'.*Re-export the model "
+                                        "with that input fixed"):
+        tf.build_graph(imported.mod)

@@ -106,8 +106,34 @@ def call_tir_bindings(mod: tvm.IRModule) -> list[relax.VarBinding]:
     main = mod["main"]
     blocks = [b for b in main.body.blocks if isinstance(b, relax.DataflowBlock)]
     if len(blocks) != 1:
+        _raise_on_control_flow(main)
         raise PlanError(f"expected one dataflow block in main after import, got {len(blocks)}")
     return [b for b in blocks[0].bindings if _is_call_tir(b.value)]
+
+
+def _raise_on_control_flow(main: relax.Function) -> None:
+    """A PlanError naming the inputs a run-time branch (a Relax If) reads, if any."""
+    value = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+    params = set(main.params)
+    for var, expr in value.items():
+        if not isinstance(expr, relax.If):
+            continue
+        reads, todo, seen = set(), [expr.cond], set()
+        while todo:  # walk the condition's producers back to main's parameters
+            e = todo.pop()
+            for v in relax.analysis.free_vars(e):
+                if v in params:
+                    reads.add(v.name)
+                elif v in value and v not in seen:
+                    seen.add(v)
+                    todo.append(value[v])
+        names = ", ".join(repr(n) for n in sorted(reads)) or "(none found)"
+        raise PlanError(
+            f"the model branches at run time: an If (from the ONNX model's If) picks its "
+            f"branch from the value of input {names}. tvm-fusion plans and tunes one static "
+            f"dataflow graph, so control flow on an input's value is not supported. "
+            f"Re-export the model with that input fixed (a constant or initializer, e.g. "
+            f"one sample rate), so that the If folds to one branch")
 
 
 def _is_call_tir(expr) -> bool:
