@@ -115,7 +115,7 @@ def _raise_on_control_flow(main: relax.Function) -> None:
     """A PlanError naming the inputs a run-time branch (a Relax If) reads, if any."""
     value = {b.var: b.value for block in main.body.blocks for b in block.bindings}
     params = set(main.params)
-    for var, expr in value.items():
+    for expr in value.values():
         if not isinstance(expr, relax.If):
             continue
         reads, todo, seen = set(), [expr.cond], set()
