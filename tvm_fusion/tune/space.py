@@ -18,9 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ..data import search_spaces_dir
 from ..errors import TvmFusionError
 
-SPACE_DIR = Path(__file__).resolve().parent.parent.parent / "search_spaces"
+SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"
 VERSION = 1
 FAMILY_OF_KIND = {"llvm": "cpu", "cuda": "cuda", "rocm": "rocm"}
