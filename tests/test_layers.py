@@ -45,14 +45,11 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 KNOWN: set[tuple[str, str]] = {
     ("costmodel.dataset", "costmodel.model"),
     ("costmodel.model", "explore.cost_view"),
-    ("explore.plan_view", ""),
-    ("explore.tuning", ""),
     ("gpu.limits", "gpu.cuda"),
     ("gpu.limits", "gpu.tir_check"),
     ("gpu.tir_check", "gpu.cuda"),
     ("logtools", "costmodel.search"),
     ("plan.fusion_plan", "explore.plan_view"),
-    ("tune.logs", ""),
     ("tune.offline", "deploy.build"),
     ("tune.offline_cli", "cli"),
 }

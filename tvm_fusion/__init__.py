@@ -14,41 +14,14 @@ The pipeline, one function per stage, each usable alone::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError
 from .frontend import ImportedModel, TensorInfo, import_model, parse_shape
 from .graph import OpGraph, build_graph
-from .plan import FusedGroup, FusionPlan, apply_plan
+from .plan import FusedGroup, FusionPlan, apply_plan, plan_fusion
 from .targets import HardwareTarget, list_targets, load_target
 from .tune import TuneReport, tune
-
-
-def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
-                planner: str = "cost") -> FusionPlan:
-    """Partition ``graph``'s operators into kernels for ``target``.
-
-    Parameters
-    ----------
-    graph : OpGraph
-        From :func:`build_graph`.
-    target : str or HardwareTarget
-        A name from ``hw_targets/`` or ``"host"``.
-    planner : str
-        ``"cost"`` (default): the hardware-aware planner, by predicted time on
-        ``target``. ``"fuseops"``: TVM's own FuseOps partition, the baseline.
-
-    Returns
-    -------
-    FusionPlan
-        Groups of operators, each with its stable op names, predicted time and the
-        reason for it (``plan.explain(op)`` answers why an op was or was not fused).
-    """
-    from .plan import make_plan
-
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
-    return make_plan(graph, hw, planner)
+from .version import __version__
 
 
 __all__ = [

@@ -459,3 +459,11 @@ def detect_host() -> HardwareTarget:
     target = target_from_dict(doc, origin="host (detected)")
     target.tvm_target()
     return target
+
+
+def as_target(target: str | os.PathLike | HardwareTarget) -> HardwareTarget:
+    """``target`` itself when it is a :class:`HardwareTarget`, else :func:`load_target` of it.
+
+    What every stage that takes ``target="a100"`` or a loaded target calls first.
+    """
+    return target if isinstance(target, HardwareTarget) else load_target(target)

@@ -23,7 +23,7 @@ from ..errors import LogError
 from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan, make_plan
-from ..targets import HardwareTarget, load_target
+from ..targets import HardwareTarget, as_target
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
 
@@ -122,7 +122,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         The logs were written by another TVM or manifest version, or (without
         ``allow_other_target``) for another target.
     """
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    hw = as_target(target)
     if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
         from ..gpu.rocm import require_rocm_build
 

@@ -26,7 +26,7 @@ from ..frontend import import_model
 from ..frontend.onnx_import import _load as load_onnx
 from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
-from ..targets import HardwareTarget, load_target
+from ..targets import HardwareTarget, as_target
 from ..tune.logs import content_hash, target_dir, target_key, versions
 from .build import MODULE_VERSION, compile_model, sidecar_path
 from .module import Module, load_module
@@ -67,7 +67,7 @@ class JitFunction:
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
         self.input_names = tuple(i.name for i in graph_inputs(self._proto))
-        self.hw = target if isinstance(target, HardwareTarget) else load_target(target)
+        self.hw = as_target(target)
         self.logs = None if logs is None else Path(logs)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.allow_other_target = allow_other_target

@@ -14,6 +14,7 @@ import io
 from dataclasses import dataclass
 
 from .. import errors
+from ..plan import plan_fusion
 
 # A graph wider than this many layers wraps onto a new row of the drawing.
 LAYERS_PER_ROW = 32
@@ -387,6 +388,4 @@ def compare_targets(graph, targets=("x86_avx2", "a100", "mi250x"), *,
     planner : str
         As in :func:`tvm_fusion.plan_fusion`.
     """
-    from .. import plan_fusion
-
     return TargetComparison(plans={t: plan_fusion(graph, t, planner=planner) for t in targets})

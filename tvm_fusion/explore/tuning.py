@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LogError
+from ..graph import build_graph
+from ..plan import FusionPlan, apply_plan
+from ..targets import as_target
+from ..tune.fast_import import build_kernel, import_tensor_intrinsics
+from ..tune.ms_compat import plain_task_tables
 
 # MetaSchedule writes a failed run as a run time of 1e10 s.
 _FAILED_S = 1e9
@@ -170,10 +175,8 @@ def _tuned_tasks(model, target, logs):
     """(hardware target, target dir, manifest entry, tuning tasks) of a tuned model."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .. import apply_plan, build_graph, load_target
-    from ..plan import FusionPlan
 
-    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    hw = as_target(target)
     tdir = Path(logs) / hw.name
     try:
         manifest = json.loads((tdir / "manifest.json").read_text())
@@ -271,14 +274,10 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     """
     from tvm.s_tir import meta_schedule as ms
 
-    from .. import load_target
-    from ..tune.ms_compat import plain_task_tables
-
-    from ..tune.fast_import import build_kernel, import_tensor_intrinsics
 
     plain_task_tables()
     import_tensor_intrinsics()
-    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    hw = as_target(target)
     tvm_target = hw.tvm_target()
     # MetaSchedule sets its loggers' levels itself when tuning starts; silence INFO
     # globally for the call (its per-batch task table would flood the notebook).
@@ -303,9 +302,7 @@ def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedul
     """
     from tvm.s_tir import meta_schedule as ms
 
-    from .. import load_target
-
-    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    hw = as_target(target)
     tvm_target = hw.tvm_target()
     tasks = ms.relax_integration.extract_tasks(_stock_module(model, tvm_target), tvm_target)
     default = default_latencies(tasks, tvm_target) if baseline else None
@@ -352,9 +349,7 @@ def plot_roofline(kernels, target, ax=None):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .. import load_target
-
-    hw = target if hasattr(target, "tvm_target") else load_target(target)
+    hw = as_target(target)
     pts = [k for k in kernels if k.gflops and k.flops > 0]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))

@@ -365,11 +365,11 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
     """
     from ..graph import build_graph
     from ..plan import apply_plan, make_plan
-    from ..targets import HardwareTarget, load_target
+    from ..targets import as_target
     from .limits import GpuLimits, check_kernel
     from .tir_check import check_launch, device_kernels
 
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    hw = as_target(target)
     if hw.family != "cuda":
         raise GpuToolchainError(f"build_cuda_kernels needs a cuda-family target, got "
                                 f"{hw.name!r} ({hw.family}); CUDA targets: a100, h100, h200")

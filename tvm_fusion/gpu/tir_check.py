@@ -212,10 +212,10 @@ def schedule_and_check(model, target="mi250x", *, plan=None) -> tuple[tvm.IRModu
     """
     from ..graph import build_graph
     from ..plan import apply_plan, make_plan
-    from ..targets import HardwareTarget, load_target
+    from ..targets import as_target
     from .cuda import default_gpu_schedule
 
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    hw = as_target(target)
     graph = build_graph(model.mod)
     mod = default_gpu_schedule(apply_plan(graph, plan or make_plan(graph, hw)), hw.tvm_target())
     return mod, check_scheduled(mod, hw)

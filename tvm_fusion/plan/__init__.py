@@ -1,5 +1,12 @@
 """Plan stage: decide which operators share a kernel, and apply that decision."""
 
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import PlanError
+from ..graph import OpGraph
+from ..targets import HardwareTarget, as_target
 from .apply import apply_plan, check_plan
 from .baseline import plan_from_groups, plan_fuseops
 from .cost import AnalyticalCostModel, GroupCost
@@ -11,10 +18,6 @@ PLANNERS = ("fuseops", "cost")
 
 def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
     """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`)."""
-    import dataclasses
-
-    from ..errors import PlanError
-
     if planner == "fuseops":
         plan = describe_plan(graph, hw, plan_fuseops(graph, hw))
     elif planner == "cost":
@@ -24,6 +27,29 @@ def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
     edges = tuple((i, n.id) for n in graph.nodes for i in dict.fromkeys(n.inputs))
     return dataclasses.replace(plan, edges=edges)
 
+
+def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
+                planner: str = "cost") -> FusionPlan:
+    """Partition ``graph``'s operators into kernels for ``target``.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        From :func:`~tvm_fusion.build_graph`.
+    target : str or HardwareTarget
+        A name from ``hw_targets/`` or ``"host"``.
+    planner : str
+        ``"cost"`` (default): the hardware-aware planner, by predicted time on
+        ``target``. ``"fuseops"``: TVM's own FuseOps partition, the baseline.
+
+    Returns
+    -------
+    FusionPlan
+        Groups of operators, each with its stable op names, predicted time and the
+        reason for it (``plan.explain(op)`` answers why an op was or was not fused).
+    """
+    return make_plan(graph, as_target(target), planner)
+
 __all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "PLANNERS",
            "RejectedMerge", "apply_plan", "check_plan", "describe_plan", "make_plan", "plan_cost",
-           "plan_from_groups", "plan_fuseops"]
+           "plan_fusion", "plan_from_groups", "plan_fuseops"]

@@ -26,7 +26,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
-from ..targets import HardwareTarget, load_target
+from ..targets import HardwareTarget, as_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
@@ -293,7 +293,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     TuneReport
     """
     t0 = time.monotonic()
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    hw = as_target(target)
     tvm_target = hw.tvm_target()
     if measure not in ("device", "none"):
         raise MeasureError(f"measure must be 'device' or 'none', got {measure!r}")

@@ -29,6 +29,7 @@ import tvm
 
 from ..errors import LogError
 from .logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase
+from ..version import __version__
 
 MANIFEST_SCHEMA = "tvm-fusion/logs"
 MANIFEST_VERSION = 1
@@ -54,7 +55,6 @@ def open_database(path: Path, *, create: bool) -> LogDatabase | None:
 
 def versions() -> dict:
     """The versions a manifest records: TVM and tvm-fusion."""
-    from .. import __version__
     return {"tvm": tvm.__version__, "tvm_fusion": __version__}
 
 

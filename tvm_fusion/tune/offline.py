@@ -151,10 +151,10 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     from ..gpu.sample import sample_schedules
     from ..plan import make_plan
     from ..reference import random_inputs, run_onnxruntime
-    from ..targets import HardwareTarget, load_target
+    from ..targets import as_target
     from .schedulable import make_schedulable
 
-    hw = target if isinstance(target, HardwareTarget) else load_target(target)
+    hw = as_target(target)
     tvm_target = hw.tvm_target()
     out = Path(out)
     for sub in ("models", "kernels"):
