@@ -199,7 +199,11 @@ def test_garbage_and_truncated_lines_are_skipped_with_one_warning(tmp_path):
     assert "skipped 4 unreadable line(s)" in str(caught[0].message)
     best = db.records_of(db.commit_workload(_workload(8)))[0]
     assert len(db) == 4 and float(best.run_secs[0]) == pytest.approx(4e-6)
-    # The next append closes the torn line instead of gluing onto it.
+    # A writer closes the torn last line as it opens (no writer is mid-line under its
+    # lock), so it stays one bad line even if this writer never appends.
+    assert (tmp_path / RECORD_FILE).read_bytes().endswith(good[1][:40] + b"\n")
+    assert db.bad_lines[-1].reason.startswith("not JSON")
+    # The next append does not glue onto it either.
     mod = _workload(8)
     db.commit_tuning_record(_record(db.commit_workload(mod), mod, 16, 1e-6))
     with warnings.catch_warnings(record=True) as caught:

@@ -167,8 +167,10 @@ class LogDatabase(PyDatabase):
         self._files = {WORKLOAD_FILE: self.path / WORKLOAD_FILE,
                        RECORD_FILE: self.path / RECORD_FILE}
         self._reset()
-        with DirLock(self.path, exclusive=False):
+        with DirLock(self.path, exclusive=writable):
             self._sync()
+            if writable:
+                self._close_torn_tails()
         if warn and self._bad:
             warnings.warn(self.bad_summary(), CorruptLogWarning, stacklevel=3)
 
@@ -238,6 +240,23 @@ class LogDatabase(PyDatabase):
             self._bad[(name, self._lines[name] + 1)] = BadLine(
                 file=name, line=self._lines[name] + 1,
                 reason=f"truncated line ({len(tail)} bytes, no newline)")
+
+    def _close_torn_tails(self) -> None:
+        """End a last line left without a newline; the caller holds the exclusive lock.
+
+        Under that lock no writer is mid-line, so such a tail is a writer that died
+        mid-write: closing it now keeps it one bad line whether or not this writer ever
+        appends (a resumed run that finds nothing faster appends no record).
+        """
+        for name, path in self._files.items():
+            if (name, self._lines[name] + 1) in self._bad:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    os.write(fd, b"\n")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._sync_file(name)
 
     def _parse(self, name: str, lineno: int, raw: bytes) -> None:
         self._bad.pop((name, lineno), None)  # a truncated tail may have been completed
