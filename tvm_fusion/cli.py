@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 from .costmodel import cli as cost_model_cli
@@ -15,6 +19,20 @@ MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo mod
 SHIPPED = "shipped"  # --logs shipped: the package's tuning_logs/ (unless ./shipped exists)
 SHAPE_HELP = ("fix the shape of a model input: NAME=D1,D2,... (repeat per input), e.g. "
               "--shape x=1,3,224,224. Required for inputs with dynamic dims.")
+
+
+def _count(minimum: int):
+    """An argparse type: an int of at least ``minimum`` (a bad one is a usage error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
 
 
 def _load_model(spec: str, shapes: list[str] | None):
@@ -31,6 +49,14 @@ def _load_model(spec: str, shapes: list[str] | None):
         if spec in zoo.ZOO:
             model = zoo.ZOO[spec]
             return import_model(zoo.fetch(spec), {**model.shapes, **given}, name=spec)
+        if os.sep not in spec and not spec.endswith(".onnx"):  # a name, not a path
+            import difflib
+
+            close = difflib.get_close_matches(spec, list(zoo.ZOO), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TvmFusionError(
+                f"{spec!r} is neither a file nor a known model name; {hint}MODEL is an "
+                f".onnx file, `embedded`, or a zoo name: {', '.join(sorted(zoo.ZOO))}")
     return import_model(spec, given or None)
 
 
@@ -176,12 +202,9 @@ def cmd_run(args) -> int:
     from .reference import max_rel_error, random_inputs, run_onnxruntime
 
     mod = load_module(args.module)
+    reference = _reference_model(args.compare, mod) if args.compare else None
     if args.inputs:
-        data = np.load(args.inputs)
-        missing = [i.name for i in mod.input_info if i.name not in data.files]
-        if missing:
-            raise TvmFusionError(f"{args.inputs} lacks inputs {missing}; it has {data.files}")
-        inputs = [data[i.name] for i in mod.input_info]
+        inputs = _read_inputs(args.inputs, mod)
     else:
         inputs = random_inputs(mod.input_info, seed=args.seed)
     outputs = mod(*inputs)
@@ -192,9 +215,12 @@ def cmd_run(args) -> int:
         print(f"output {spec.name}: shape {out.shape} {out.dtype}")
     if not args.compare:
         return 0
-    import onnx
-
-    ref = run_onnxruntime(onnx.load(args.compare), inputs)
+    try:
+        ref = run_onnxruntime(reference, inputs)
+    except Exception as e:  # noqa: BLE001  (ORT's errors have no common base class)
+        raise TvmFusionError(f"ONNX Runtime cannot run --compare {args.compare} on the "
+                             f"module's inputs: {str(e).strip().splitlines()[0][:300]}; pass "
+                             "the .onnx file the module was compiled from") from None
     bad = 0
     for spec, got, want in zip(mod.output_info, outputs, ref):
         err = max_rel_error(got, want)
@@ -203,6 +229,74 @@ def cmd_run(args) -> int:
         print(f"  {spec.name}: max rel error {err:.3g} {'ok' if ok else 'FAIL'} "
               f"(rtol {args.rtol:g})")
     return 1 if bad else 0
+
+
+def _read_inputs(path: str, mod) -> list:
+    """The arrays of ``--inputs FILE.npz``, one per model input, checked."""
+    import zipfile
+
+    import numpy as np
+
+    names = [i.name for i in mod.input_info]
+    example = f"np.savez({Path(path).stem}.npz, {', '.join(f'{n}=...' for n in names)})"
+    if not Path(path).is_file():
+        raise TvmFusionError(f"--inputs {path}: no such file; write one with {example}")
+    try:
+        data = np.load(path, allow_pickle=False)  # never unpickle what a user passes
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        raise TvmFusionError(f"--inputs {path} is not a NumPy .npz file; write one with "
+                             f"{example}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise TvmFusionError(f"--inputs {path} holds one array (.npy); it takes an .npz "
+                             f"with one array per input name: {example}")
+    missing = [n for n in names if n not in data.files]
+    if missing:
+        raise TvmFusionError(f"{path} lacks inputs {missing}; it has {data.files}")
+    arrays = []
+    for n in names:
+        try:
+            arrays.append(data[n])
+        except ValueError:  # an object array needs pickle, which is refused
+            raise TvmFusionError(f"--inputs {path}: array {n!r} holds Python objects, not "
+                                 f"numbers; save numeric arrays ({example})") from None
+    return arrays
+
+
+def _reference_model(path: str, mod):
+    """The ONNX model of ``run --compare``, checked to take the module's input shapes."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not Path(path).is_file():
+        raise TvmFusionError(f"--compare {path}: no such file (expected the .onnx model the "
+                             "module was compiled from)")
+    try:
+        model = onnx.load(path, load_external_data=False)
+        onnx.external_data_helper.load_external_data_for_model(model, str(Path(path).parent))
+    except (DecodeError, ValueError, OSError, RuntimeError) as e:
+        raise TvmFusionError(f"--compare {path} is not an ONNX model ({e}); pass the .onnx "
+                             "file the module was compiled from") from None
+    if not model.graph.output:
+        raise TvmFusionError(f"--compare {path} is not an ONNX model (no graph outputs); "
+                             "pass the .onnx file the module was compiled from")
+    weights = {t.name for t in model.graph.initializer}
+    graph_inputs = {i.name: i for i in model.graph.input if i.name not in weights}
+    want = {i.name: i.shape for i in mod.input_info}
+    if set(graph_inputs) != set(want):
+        raise TvmFusionError(f"--compare {path} takes inputs {sorted(graph_inputs)}, the "
+                             f"module {sorted(want)}; pass the .onnx file it was compiled from")
+    for name, info in graph_inputs.items():
+        dims = info.type.tensor_type.shape.dim
+        # a dynamic dim (dim_param, or none given) takes the size the module was built for
+        fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if len(fixed) != len(want[name]) or any(
+                f is not None and f != w for f, w in zip(fixed, want[name])):
+            shown = "x".join("?" if f is None else str(f) for f in fixed)
+            raise TvmFusionError(
+                f"--compare {path}: input {name!r} is {shown} there, the module was compiled "
+                f"for {'x'.join(map(str, want[name]))}; pass the .onnx file it was compiled "
+                "from (with the same --shape)")
+    return model
 
 
 def cmd_demo(args) -> int:
@@ -231,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The whole pipeline on the embedded model for this "
                                    "machine, with a small budget (about 2 minutes on 2 "
                                    "cores), then one table comparing it with ONNX Runtime.")
-    d.add_argument("--trials", type=int, default=80, help="tuning budget (default 80)")
+    d.add_argument("--trials", type=_count(1), default=80, help="tuning budget (default 80)")
     d.add_argument("--logs", default=None,
                    help="log directory (default: a fresh temporary one)")
     d.add_argument("--target", default="host", help=argparse.SUPPRESS)
@@ -263,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "larger one continues. Ctrl-C stops after the batch in "
                                     "flight and keeps everything measured.")
     _add_model_args(tu)
-    tu.add_argument("--trials", type=int,
+    tu.add_argument("--trials", type=_count(1),
                     help="total number of measurements for this model and target, earlier "
                          "runs included (required unless --dry-run)")
     tu.add_argument("--dry-run", action="store_true",
@@ -320,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compare", metavar="MODEL.onnx", help="reference model for ONNX Runtime")
     r.add_argument("--rtol", type=float, default=1e-4,
                    help="max relative error, max|got-want|/max|want| (default 1e-4)")
-    r.add_argument("--repeat", type=int, default=50, help="timed runs (default 50)")
+    r.add_argument("--repeat", type=_count(1), default=50, help="timed runs (default 50)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.set_defaults(func=cmd_run)
     from . import logtools
@@ -346,6 +440,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tvm-fusion plan ... | head`: the reader left, not a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as e:  # noqa: BLE001  (the last resort: a bug, not a bad input)
+        return _internal_error(e, sys.argv[1:] if argv is None else argv)
+
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): 1 is `run --compare`'s "outputs differ"
+
+
+def _internal_error(exc: BaseException, argv: list[str]) -> int:
+    """One line for an unexpected exception; its traceback goes to a file."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = "".join(traceback.format_exception(exc))
+    try:
+        fd, where = tempfile.mkstemp(prefix=f"tvm-fusion-crash-{stamp}-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"tvm-fusion {' '.join(map(str, argv))}\n\n{text}")
+        saved = f"the traceback is in {where}"
+    except OSError:
+        saved = "the traceback could not be saved"
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    print(f"internal error: {type(exc).__name__}: {first} ({saved}; please report it with "
+          "the command that caused it)", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":
