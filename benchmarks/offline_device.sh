@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run an offline bundle (tvm_fusion/tune/offline.py) on a device machine that has
+# Run an offline bundle (tvm_fusion/offline/bundle.py) on a device machine that has
 # python3 and numpy but no TVM: TVM's runtime travels as a tarball of the Python package
 # without its compiler library (TVM_USE_RUNTIME_LIB=1) plus a tvm-ffi wheel of the
 # device's Python.
@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 here=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 for attempt in 1 2 3; do  # a sticky device error kills the process; the re-run resumes
-  python3 "$here/tvm_fusion/tune/offline_runner.py" "$dir" --results "$out/results.jsonl" "$@" \
+  python3 "$here/tvm_fusion/offline/runner.py" "$dir" --results "$out/results.jsonl" "$@" \
     2>&1 | tee -a "$out/runner.log" \
     && { status=0; break; } || status=$?
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cost-model training data the way TenSet makes it: random schedules drawn from each
 # kernel's design space, checked against the default schedule and timed on this machine.
-# It is `tvm-fusion offline export | offline_runner.py | offline import` with this CPU as
+# It is `tvm-fusion offline export | offline/runner.py | offline import` with this CPU as
 # the device, one model (at one input shape) after another.
 #
 #   benchmarks/sample_dataset.sh OUT_DIR [TARGET] [CANDIDATES]
@@ -42,7 +42,7 @@ for set in "${SETS[@]}"; do
       || { echo "   export failed, see $out/$name.export.log"; continue; }
   fi
   echo "== $name: checking and timing ($(date +%T))"
-  TVM_USE_RUNTIME_LIB=1 "$py" "$here/tvm_fusion/tune/offline_runner.py" "$bundle" \
+  TVM_USE_RUNTIME_LIB=1 "$py" "$here/tvm_fusion/offline/runner.py" "$bundle" \
     --only kernels > "$out/$name.run.log" 2>&1 \
     || { echo "   runner failed, see $out/$name.run.log"; continue; }
   "$py" -m tvm_fusion offline import "$bundle" --logs "$out/logs/$name" | tail -n 1

@@ -50,8 +50,7 @@ KNOWN: set[tuple[str, str]] = {
     ("gpu.tir_check", "gpu.cuda"),
     ("logtools", "costmodel.search"),
     ("plan.fusion_plan", "explore.plan_view"),
-    ("tune.offline", "deploy.build"),
-    ("tune.offline_cli", "cli"),
+    ("offline.cli", "cli"),
 }
 
 

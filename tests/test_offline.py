@@ -18,11 +18,12 @@ import pytest
 import tvm_fusion as tf
 from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
-from tvm_fusion.tune import offline
+from tvm_fusion.offline import bundle as offline
+from tvm_fusion.offline import runner as offline_runner
 from tvm_fusion.tune.logs import open_database
-from tvm_fusion.tune.offline_runner import Results
+from tvm_fusion.offline.runner import Results
 
-RUNNER = Path(offline.__file__).with_name("offline_runner.py")
+RUNNER = Path(offline_runner.__file__)
 
 
 def _run_device(bundle: Path) -> subprocess.CompletedProcess:
@@ -86,8 +87,6 @@ def test_imported_records_build_a_model_that_matches_onnxruntime(measured, tmp_p
 
 def test_a_candidate_far_slower_than_the_default_is_neither_checked_nor_timed(
         measured, tmp_path, monkeypatch):
-    from tvm_fusion.tune import offline_runner
-
     _, bundle, meta, spoiled, _ = measured
     monkeypatch.setattr(offline_runner, "SLOW_CALL_S", 0.0)  # every call is "too slow"
     monkeypatch.setattr(offline_runner, "SLOW_FACTOR", 0.0)
@@ -119,7 +118,6 @@ def test_a_process_that_dies_on_a_candidate_skips_it_when_run_again(tmp_path):
 
 
 def test_the_runners_error_measure_is_the_one_tune_and_run_use():
-    from tvm_fusion.tune import offline_runner
 
     rng = np.random.default_rng(0)
     want = rng.standard_normal((4, 5)).astype("float32")

@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import logtools
     logtools.add_parser(sub)
     cost_model_cli.add_parser(sub)
-    from .tune import offline_cli
+    from .offline import cli as offline_cli
     offline_cli.add_parser(sub)
     return p
 

@@ -1,9 +1,9 @@
-"""Run and time an offline bundle on its device (see ``tvm_fusion.tune.offline``).
+"""Run and time an offline bundle on its device (see ``tvm_fusion.offline.bundle``).
 
 Needs TVM's runtime and numpy only, not tvm-fusion nor TVM's compiler, so it runs where
 those cannot be installed::
 
-    TVM_USE_RUNTIME_LIB=1 python offline_runner.py BUNDLE_DIR [--repeat 20]
+    TVM_USE_RUNTIME_LIB=1 python runner.py BUNDLE_DIR [--repeat 20]
 
 Each model is run on the bundle's inputs and compared with ONNX Runtime's outputs, then
 timed. Each kernel's default schedule is checked against the CPU reference, each

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-RUNNER = Path(__file__).with_name("offline_runner.py")
+RUNNER = Path(__file__).with_name("runner.py")  # runs on the device, alone
 
 
 def cmd_export(args) -> int:
     from ..cli import _load_model
-    from .offline import export_bundle
+    from .bundle import export_bundle
 
     models = [_load_model(m, args.shape) for m in args.models]
     out = export_bundle(models, args.target, args.output, candidates=args.candidates,
@@ -17,13 +17,14 @@ def cmd_export(args) -> int:
                         logs=args.logs)
     print(f"wrote {out}. On the device (TVM's runtime and numpy suffice):\n"
           f"  TVM_USE_RUNTIME_LIB=1 python {RUNNER.name} {out.name}\n"
+          f"({RUNNER.name} is {RUNNER}, copied beside the bundle)\n"
           f"then copy {out.name}/results.jsonl back and run\n"
           f"  tvm-fusion offline import {out} --logs LOGS")
     return 0
 
 
 def cmd_import(args) -> int:
-    from .offline import import_measurements
+    from .bundle import import_measurements
 
     s = import_measurements(args.bundle, args.logs, results=args.results)
     print(f"{'model build':<32} {'median ms':>10} {'max rel err':>12}  onnxruntime")
@@ -45,8 +46,8 @@ def add_parser(sub) -> None:
         "offline", help="build candidates here, time them on a device, import the records",
         description="For a device that runs compiled modules but that TVM's RPC tracker "
                     "cannot reach: `export` builds the models and, per kernel, schedules "
-                    "drawn from the target's design space; tvm_fusion/tune/"
-                    "offline_runner.py (TVM's runtime and numpy only) checks and times them "
+                    "drawn from the target's design space; tvm_fusion/offline/"
+                    "runner.py (TVM's runtime and numpy only) checks and times them "
                     "on the device; `import` writes the verified ones as tuning records.")
     osub = p.add_subparsers(dest="offline_command", metavar="ACTION", required=True)
     ex = osub.add_parser("export", help="build a bundle of models and kernel candidates")

@@ -5,7 +5,7 @@ tracker (an air-gapped box, a lent GPU machine without TVM's compiler, a device 
 Python differs from ours): :func:`export_bundle` builds, on this machine, every model
 (each plan, default schedules) and, per kernel, the default schedule plus schedules
 drawn from the target's design space, into a directory of shared libraries with the
-reference data to check them. ``offline_runner.py`` (TVM's runtime and numpy only)
+reference data to check them. ``runner.py`` (TVM's runtime and numpy only)
 runs on the device (it reads ``device.json``; ``bundle.json`` stays here), checks every build and times it. :func:`import_measurements` turns
 the verified timings into ordinary tuning records in ``LOGS/<target>/``, from which
 ``compile`` builds with no tuning.
@@ -28,8 +28,8 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from .measure import NEAR_TIE, MeasureError
-from .logdb import dumps
+from ..tune.measure import NEAR_TIE, MeasureError
+from ..tune.logdb import dumps
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
 BUNDLE_VERSION = 1
@@ -102,7 +102,7 @@ def _build_kernel(funcs: dict, tvm_target) -> tuple[tvm.runtime.Module, list[str
 
 def _cpu_reference(wl: tvm.IRModule, seed: int) -> dict[int, np.ndarray]:
     """Buffers the unscheduled kernel writes, run on this machine's CPU: index -> array."""
-    from .verify import _buffers, run_kernel
+    from ..tune.verify import _buffers, run_kernel
 
     after, _ = run_kernel(wl, tvm.target.Target("llvm"), seeds=(seed,))
     before = _buffers(wl["main"], seed)
@@ -111,7 +111,7 @@ def _cpu_reference(wl: tvm.IRModule, seed: int) -> dict[int, np.ndarray]:
 
 def _checksum(func: tvm.tirx.PrimFunc, seed: int) -> float:
     """A number the device recomputes to confirm it draws the same random buffers."""
-    from .verify import _buffers
+    from ..tune.verify import _buffers
 
     return float(sum(np.asarray(b, np.float64).sum() for b in _buffers(func, seed)))
 
@@ -152,7 +152,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     from ..plan import make_plan
     from ..reference import random_inputs, run_onnxruntime
     from ..targets import as_target
-    from .schedulable import make_schedulable
+    from ..tune.schedulable import make_schedulable
 
     hw = as_target(target)
     tvm_target = hw.tvm_target()
@@ -285,7 +285,7 @@ def read_results(bundle_dir: str | os.PathLike) -> tuple[dict, dict]:
     """The device's results: (model label -> result, kernel lib -> result)."""
     path = Path(bundle_dir) / RESULTS_FILE
     if not path.exists():
-        raise MeasureError(f"{path} does not exist: run offline_runner.py on the device "
+        raise MeasureError(f"{path} does not exist: run tvm_fusion/offline/runner.py on the device "
                            "with this bundle, and copy its results.jsonl here")
     models, kernels = {}, {}
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
@@ -323,7 +323,7 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     """
     from ..plan import FusionPlan
     from ..targets import load_target
-    from .logs import open_database, read_manifest, target_dir, target_identity, write_manifest
+    from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
 
     bundle_dir = Path(bundle_dir)
     bundle = json.loads((bundle_dir / "bundle.json").read_text())
