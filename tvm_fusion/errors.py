@@ -22,6 +22,14 @@ class UnsupportedOpError(ModelImportError):
     """The model uses operators that TVM's importer cannot convert."""
 
 
+class LoweringError(TvmFusionError):
+    """TVM cannot lower one kernel of the plan for the target (``kernel``: its name)."""
+
+    def __init__(self, message: str, kernel: str = ""):
+        super().__init__(message)
+        self.kernel = kernel
+
+
 class TargetError(TvmFusionError):
     """An unknown target name or a malformed hardware description."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..errors import LogError
+from ..errors import LogError, LoweringError
 from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan, make_plan
@@ -88,6 +88,38 @@ def _lowering_passes(target: tvm.target.Target) -> list:
     return backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
 
 
+def _lower_library_ops(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """TVM's own lowering of the plan's library nodes for ``target``: sort and scan ops
+    (topk, sort, cumsum...) to its TOPI kernels (DispatchSortScan: GPU kernels on GPU
+    targets), sampling ops likewise; runtime calls (nonzero, unique) are left as they are."""
+    import importlib
+
+    kind = "cpu_generic" if target.kind.name == "llvm" else target.kind.name
+    backend = importlib.import_module(f"tvm.relax.backend.{kind}.pipeline")
+    return tvm.transform.Sequential(backend.library_dispatch_passes(target))(mod)
+
+
+# Relax kernels whose ONNX op type is not their name with the underscores dropped
+_ONNX_OP_TYPE = {"all_class_non_max_suppression": "NonMaxSuppression",
+                 "cumsum": "CumSum", "gpu_2d_continuous_cumsum": "CumSum"}
+
+
+def _lowering_advice(model, graph, plan, hw, err: LoweringError) -> str:
+    """``err``'s message with the ONNX op and nodes of the kernel and what to do."""
+    group = next((g for g in plan.groups if g.name == err.kernel), None)
+    ops = [graph.nodes[n].op for n in group.nodes] if group else [err.kernel]
+    types = {_ONNX_OP_TYPE.get(op, op.replace("_", "").rstrip("0123456789")) for op in ops}
+    nodes = [n for n in model.onnx_model.graph.node
+             if n.op_type in types or n.op_type.lower() in types]
+    what = (", ".join(sorted({n.op_type for n in nodes})) + " node(s) "
+            + ", ".join(repr(n.name or n.output[0]) for n in nodes[:5])) if nodes else (
+        f"operator(s) {', '.join(ops)}")
+    return (f"{err} (the {what} of {model.source}). TVM {tvm.__version__} has no "
+            f"{hw.family} lowering of it: compile for a CPU target (host, x86_avx512), "
+            "where TVM lowers it, or take it out of the model and run it on the outputs "
+            "(e.g. NonMaxSuppression in post-processing)")
+
+
 def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
     return {gv.name_hint: f for gv, f in mod.functions.items()
             if isinstance(f, tvm.tirx.PrimFunc)}
@@ -141,6 +173,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         if db is not None:
             with db:
                 mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        mod = _lower_library_ops(mod, tvm_target)
         funcs = _prim_funcs(mod)
         untuned = tuple(sorted(n for n, f in funcs.items()
                                if not f.attrs or not f.attrs.get("tirx.is_scheduled", False)))
@@ -149,7 +182,11 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
             from ..gpu.tir_check import check_scheduled, raise_on_violations
 
             mod = default_gpu_schedule(mod, tvm_target)
-            raise_on_violations(check_scheduled(mod, hw))
+            try:
+                raise_on_violations(check_scheduled(mod, hw))
+            except LoweringError as e:
+                raise LoweringError(_lowering_advice(model, graph, plan, hw, e),
+                                    kernel=e.kernel) from e
             funcs = _prim_funcs(mod)
         lower = tvm.transform.Sequential(_lowering_passes(tvm_target))
         try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import tvm
 
-from ..errors import TvmFusionError
+from ..errors import LoweringError, TvmFusionError
 from .limits import ResourceLimitError
 
 _VECTOR_LANES = (1, 2, 3, 4, 8, 16)  # 3: dwordx3 / float3 accesses exist on both
@@ -177,6 +177,11 @@ def check_launch(k: KernelLaunch, hw, *, shared_limit: int | None = None) -> lis
     return bad
 
 
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else text
+
+
 def check_scheduled(mod: tvm.IRModule, hw, *, shared_limit: int | None = None
                     ) -> dict[str, list[str]]:
     """Check every scheduled PrimFunc of ``mod`` for ``hw``; name -> violations (all names).
@@ -188,6 +193,11 @@ def check_scheduled(mod: tvm.IRModule, hw, *, shared_limit: int | None = None
     hw : HardwareTarget
     shared_limit : int, optional
         See :func:`check_launch`.
+
+    Raises
+    ------
+    LoweringError
+        TVM's TIR pipeline fails on a kernel (``kernel`` names it).
     """
     if hw.family == "cpu":
         raise TvmFusionError(f"check_scheduled checks GPU kernels; {hw.name!r} is a CPU target")
@@ -196,7 +206,12 @@ def check_scheduled(mod: tvm.IRModule, hw, *, shared_limit: int | None = None
     for gv, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
         if isinstance(func, tvm.tirx.PrimFunc):
             name = gv.name_hint
-            out[name] = [v for k in device_kernels(func, target, name)
+            try:
+                launches = device_kernels(func, target, name)
+            except (RuntimeError, ValueError) as e:  # TVM's own lowering of this kernel fails
+                raise LoweringError(f"TVM cannot lower kernel {name} for {hw.name}: "
+                                    f"{_last_line(str(e))}", kernel=name) from e
+            out[name] = [v for k in launches
                          for v in check_launch(k, hw, shared_limit=shared_limit)]
     return out
 

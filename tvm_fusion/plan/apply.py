@@ -3,7 +3,11 @@
 Each group of two or more operators becomes a Relax function marked ``Primitive``
 (exactly what FuseOps emits), then TVM's FuseTIR merges its call_tirs into one PrimFunc.
 Any partition works, not only FuseOps' own, as long as every group is convex (no path
-leaves a group and comes back into it). A group of independent siblings (several
+leaves a group and comes back into it). The ``TupleGetItem`` glue that takes one piece
+of a multi-output op (a Split) goes with the op: into every group that computes it, so
+readers in the group take the piece inside and readers elsewhere get it as one more
+output of that kernel. Library nodes (sort/scan ops, runtime calls) stay as they are,
+one kernel each, lowered by TVM at build time. A group of independent siblings (several
 unconnected parts) gets one loop nest (:func:`~tvm_fusion.plan.horizontal.
 merge_sibling_nests`); its parts' outputs are returned as a tuple, like any
 multi-output group.
@@ -14,12 +18,12 @@ from __future__ import annotations
 import heapq
 
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 from tvm.s_tir.schedule import ScheduleError
 
 from ..errors import PlanError
 from ..graph import OpGraph
-from ..graph.op_graph import _is_call_tir
+from ..graph.op_graph import _is_call_tir, is_node_binding
 from .fusion_plan import FusionPlan
 from .horizontal import components, merge_sibling_nests
 
@@ -51,12 +55,21 @@ def check_plan(graph: OpGraph, plan: FusionPlan) -> None:
                         f"missing {missing[:10]}, unknown {extra[:10]}, twice in one group "
                         f"{twice[:10]}, in several groups but not elementwise/broadcast/"
                         f"injective {costly[:10]}")
+    grouped = sorted({n for g in plan.groups if len(g.nodes) > 1 for n in g.nodes
+                      if graph.nodes[n].library or graph.nodes[n].data_dependent})
+    if grouped:
+        node = graph.nodes[grouped[0]]
+        raise PlanError(f"{node.op}#{node.id} is in a group with other operators, but it "
+                        f"cannot share a kernel: data-dependent output ({node.data_dependent})."
+                        " Put it in a group of its own (re-plan)")
 
 
 def _free_inputs(values, defined) -> list:
     """Vars and constants used by ``values`` and not defined by ``defined``, in order."""
     found: dict = {}
     for value in values:
+        if isinstance(value, relax.TupleGetItem):  # glue: its tuple is made in the group
+            continue
         for arg in value.args[1].fields:
             if isinstance(arg, relax.Var) and arg not in defined:
                 found.setdefault(arg, None)
@@ -65,7 +78,9 @@ def _free_inputs(values, defined) -> list:
     return list(found)
 
 
-def _retarget(call: relax.Call, mapping: dict) -> relax.Call:
+def _retarget(call, mapping: dict):
+    if isinstance(call, relax.TupleGetItem):
+        return relax.TupleGetItem(mapping[call.tuple_value], call.index)
     args = relax.Tuple([mapping.get(a, a) for a in call.args[1].fields])
     return relax.Call(call.op, [call.args[0], args], call.attrs, call.ty_args)
 
@@ -91,6 +106,23 @@ def _outline(bindings, escaping, name):
     return func, inputs, [orig for orig, _ in outs]
 
 
+def drop_unread_blocks(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """Remove the blocks of ``func`` whose results nothing reads: the pieces of a fused
+    Split that no member of the group takes (FuseTIR keeps them, and their buffers)."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    root = sch.get_sblock("root")
+    while True:
+        private = list(sch.get(root).alloc_buffers)
+        blocks = sch.get_child_blocks(root)
+        read = {r.source for b in blocks for r in sch.get(b).reads}
+        dead = [b for b in blocks if (w := [x.source for x in sch.get(b).writes])
+                and all(any(x.same_as(p) for p in private) for x in w)
+                and not any(x.same_as(r) for x in w for r in read)]
+        if not dead:
+            return sch.mod["main"]
+        sch.compute_inline(dead[0])  # no consumer: the block and its buffer go away
+
+
 def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
     """Outline every group of ``plan`` into one fused PrimFunc.
 
@@ -113,7 +145,8 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
     block_idx = [i for i, b in enumerate(main.body.blocks) if isinstance(b, relax.DataflowBlock)][0]
     block = main.body.blocks[block_idx]
     bindings = list(block.bindings)
-    node_binding = [i for i, b in enumerate(bindings) if _is_call_tir(b.value)]
+    node_binding = [i for i, b in enumerate(bindings) if is_node_binding(b)]
+    defined_at = {b.var: bi for bi, b in enumerate(bindings)}
 
     # Units: a whole group, or one binding outside any multi-node group. A duplicated
     # node's binding is in every unit that computes it; one of them (a standalone
@@ -124,6 +157,12 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
             bi = node_binding[n]
             units_of[bi].append(("g", gi) if len(g.nodes) > 1 else bi)
     members: dict[object, list[int]] = {}
+    for bi, b in enumerate(bindings):  # a piece of a multi-output op goes with the op
+        src = b.value.tuple_value if isinstance(b.value, relax.TupleGetItem) else None
+        if src is not None and src in defined_at and _is_call_tir(bindings[defined_at[src]].value):
+            owners = units_of[defined_at[src]]
+            units_of[bi] = ([bi] if any(not isinstance(u, tuple) for u in owners) else []) \
+                + [u for u in owners if isinstance(u, tuple)]
     for bi, units in units_of.items():
         if not units:  # glue outside the op graph (tuples): its own unit
             units.append(bi)
@@ -142,6 +181,12 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
                     used_by.setdefault(e, set()).add(u)
                     deps[u].add(exporter[e])
             relax.analysis.post_order_visit(bindings[bi].value, visit)
+    # a run-time shape's symbolic dims are bound by a match_cast: keep its users after it
+    sym_def: dict = {}
+    for bi, b in enumerate(bindings):
+        for v in relax.analysis.tir_vars_in_type(b.var.ty):
+            first = sym_def.setdefault(v, units_of[bi][0])
+            deps.update({u: deps[u] | {first} for u in units_of[bi] if u != first})
     out_vars = set()
     relax.analysis.post_order_visit(
         main.body.body, lambda e: out_vars.add(e) if isinstance(e, relax.Var) else None)
@@ -203,6 +248,9 @@ def apply_plan(graph: OpGraph, plan: FusionPlan) -> tvm.IRModule:
         relax.transform.DeadCodeElimination(),
     ])(out)
     for g in plan.groups:
+        if len(g.nodes) > 1 and any(len(graph.nodes[n].results) > 1 for n in g.nodes):
+            gv = out.get_global_var(g.name)
+            out[gv] = drop_unread_blocks(out[gv])
         if len(g.nodes) > 1 and len(components(graph, g.nodes)) > 1:
             gv = out.get_global_var(g.name)
             try:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 
+import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.ir import GenericConst
 
 from ..graph import OpGraph
-from ..graph.op_graph import _is_call_tir, call_tir_bindings
+from ..graph.op_graph import _is_call_tir, call_tir_bindings, is_node_binding
 from .cost import estimate_us
 from .fusion_plan import FusedGroup, FusionPlan
 
@@ -41,10 +42,14 @@ def _key(expr, env: dict):
     if isinstance(expr, relax.TupleGetItem):
         t = _key(expr.tuple_value, env)
         return t[1][expr.index] if t[0] == "tuple" else ("item", t, expr.index)
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return ("call", expr.op.name, tuple(_key(a, env) for a in expr.args))
     return ("s", tvm_ffi.structural_hash(expr))
 
 
 def _call_key(call, env: dict):
+    if not _is_call_tir(call):  # a library node (relax.topk, a runtime call)
+        return _key(call, env)
     return (call.args[0].name_hint, tuple(_key(a, env) for a in call.args[1].fields))
 
 
@@ -52,14 +57,14 @@ def _walk(bindings, env: dict, index: dict, member: list[int]) -> None:
     """Bind each var of ``bindings`` in ``env``; the node ids of their call_tirs go to
     ``member``."""
     for b in bindings:
-        if _is_call_tir(b.value):
+        if is_node_binding(b):
             node = index.get(_call_key(b.value, env))
             if node is None:
                 raise _Unmapped(b.value.args[0].name_hint)
             env[b.var] = ("n", node)
             member.append(node)
-        elif not isinstance(b.value, relax.Call):
-            env[b.var] = _key(b.value, env)
+        elif not isinstance(b.value, relax.Call) or isinstance(b.value.op, tvm.ir.Op):
+            env[b.var] = _key(b.value, env)  # glue: tuples, shape ops
         else:
             raise _Unmapped(str(b.value.op))
 
@@ -80,7 +85,7 @@ def tvm_fuseops_groups(graph: OpGraph) -> list[list[int]]:
             if b.var in producer:
                 index[_call_key(b.value, env)] = producer[b.var]
                 env[b.var] = ("n", producer[b.var])
-            elif not isinstance(b.value, relax.Call):
+            elif not isinstance(b.value, relax.Call) or isinstance(b.value.op, tvm.ir.Op):
                 env[b.var] = _key(b.value, env)
     fused = relax.transform.FuseOps()(graph.mod)
     env, groups = {}, []

@@ -215,13 +215,29 @@ class AnalyticalCostModel:
         self.infos = infos if infos is not None else graph_info(graph)
         self.users = graph.consumers()
         self.outputs = set(graph.outputs)
+        # per result of a multi-output node (a Split's pieces go to different readers)
+        self.item_users = graph.result_readers()
+        self.output_items = set(graph.output_items)
         self._cache: dict[frozenset, GroupCost] = {}
 
     def const_bytes(self, nid: int) -> int:
         """Bytes ``nid`` reads that no node produces (weights, constants, model inputs)."""
         node = self.graph.nodes[nid]
-        made = sum(self.graph.nodes[p].bytes_written for p in node.inputs)
+        made = sum(self.graph.result_bytes(item) for item in self._reads(node))
         return max(node.bytes_read - made, 0)
+
+    def _reads(self, node):
+        """(producer, result index) pairs ``node`` reads (every result of a producer
+        for a graph built by hand without ``reads``)."""
+        if node.reads or not node.inputs:
+            return node.reads
+        return tuple((p, k) for p in node.inputs
+                     for k in range(max(len(self.graph.nodes[p].results), 1)))
+
+    def result_escapes(self, item, members) -> bool:
+        """Whether result ``item = (node, index)`` is needed outside ``members``."""
+        return (item in self.output_items
+                or any(u not in members for u in self.item_users.get(item, ())))
 
     def operand_dtype(self, nid: int) -> str:
         """dtype of ``nid``'s first input buffer (a contraction's operands), else its output's."""
@@ -242,8 +258,8 @@ class AnalyticalCostModel:
     def external_in(self, nid: int, members) -> int:
         """Bytes ``nid`` reads from outside ``members``."""
         node = self.graph.nodes[nid]
-        return self.const_bytes(nid) + sum(self.graph.nodes[p].bytes_written
-                                           for p in node.inputs if p not in members)
+        return self.const_bytes(nid) + sum(self.graph.result_bytes(i)
+                                           for i in self._reads(node) if i[0] not in members)
 
     def escapes(self, nid: int, members) -> bool:
         """Whether ``nid``'s result is needed outside ``members``."""
@@ -274,14 +290,23 @@ class AnalyticalCostModel:
         what it reads does: the copies elsewhere read it from DRAM. Cache-resident
         activations (:meth:`cache_resident`) are neither read nor written from DRAM.
         """
-        outside = {p for n in members for p in self.graph.nodes[n].inputs
-                   if p not in members and not self.cache_resident(p)}
-        read_by_copies = {p for n in private for p in self.graph.nodes[n].inputs}
+        graph = self.graph
+        outside = {i for n in members for i in self._reads(graph.nodes[n])
+                   if i[0] not in members and not self.cache_resident(i[0])}
+        read_by_copies = {i for n in private for i in self._reads(graph.nodes[n])}
+        written = 0
+        for n in members:
+            if n in private or self.cache_resident(n):
+                continue
+            if len(graph.nodes[n].results) <= 1:
+                if n in {i[0] for i in read_by_copies} or self.escapes(n, members):
+                    written += graph.nodes[n].bytes_written
+                continue
+            # a multi-output node writes only the results needed elsewhere
+            written += sum(graph.result_bytes((n, k)) for k in range(len(graph.nodes[n].results))
+                           if (n, k) in read_by_copies or self.result_escapes((n, k), members))
         return (sum(self.const_bytes(n) for n in members)
-                + sum(self.graph.nodes[p].bytes_written for p in outside)
-                + sum(self.graph.nodes[n].bytes_written for n in members
-                      if n not in private and not self.cache_resident(n)
-                      and (n in read_by_copies or self.escapes(n, members))))
+                + sum(graph.result_bytes(i) for i in outside) + written)
 
     def launch_us(self, members) -> float:
         """Launch cost of one kernel computing ``members`` (``launch_us`` above)."""

@@ -259,6 +259,11 @@ class CostPlanner:
                 if len(comps) > 1:
                     note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])
                     reason = f"{note}; {reason}"
+            elif self.graph.nodes[nodes[0]].data_dependent:
+                node = self.graph.nodes[nodes[0]]
+                term = "fusion rule"
+                reason = (f"not fusable: data-dependent output ({node.data_dependent}); a "
+                          f"kernel of its own, lowered by TVM")
             else:
                 near = [r for r in rejected if names[0] in r.ops]
                 term = near[0].decided_by if near else "no neighbour"

@@ -66,6 +66,10 @@ def sibling_violation(model, members) -> str | None:
     if heavy:
         return (f"independent siblings share a kernel only as one elementwise loop nest; "
                 f"{names(heavy)} is a {model.infos[heavy[0]].role}")
+    split = [n for n in members if len(model.graph.nodes[n].results) > 1]
+    if split:  # one nest per result: nothing left to merge them into one
+        return (f"{names(split)} has {len(model.graph.nodes[split[0]].results)} outputs, "
+                "one loop nest each; sibling parts must be single loop nests")
     sinks = []
     for part in parts:
         outs = [n for n in part if model.escapes(n, members)]

@@ -15,7 +15,8 @@ gpu_resources` labels ``split`` (a GEMM/conv with a reduction after it: GEMM + s
 GEMM + layer norm, conv + global mean), which dlight emits as several plain-loop kernels,
 so the fusion the cost model counted on would not happen.
 
-Per group: at most one contraction and one reduction, no opaque op, at most
+Per group: at most one contraction and one reduction, no opaque op and no op with a
+data-dependent output (:attr:`~tvm_fusion.graph.OpNode.data_dependent`), at most
 ``MAX_GROUP_OPS`` operators. Merges are made over the group graph (the quotient of the
 op graph by the current partition) and take the convex closure of the two groups: every
 group on a path between them joins too, so the group graph stays acyclic and every group
@@ -39,6 +40,10 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
     for n in sorted(members):
         by_role.setdefault(infos[n].role, []).append(n)
     names = lambda ns: ", ".join(node_name(graph.nodes[n]) for n in ns)  # noqa: E731
+    dependent = [n for n in sorted(members) if graph.nodes[n].data_dependent]
+    if dependent and len(members) > 1:
+        node = graph.nodes[dependent[0]]
+        return f"data-dependent output: {node_name(node)} ({node.data_dependent})"
     if "opaque" in by_role:
         return f"{names(by_role['opaque'])} is opaque to fusion"
     if len(by_role.get("contraction", ())) > 1:

@@ -51,7 +51,8 @@ class OpInfo:
 
 
 def _elems(shape) -> int:
-    return int(np.prod([int(d) for d in shape], dtype=np.int64))
+    # a dim known only at run time (-1) counts as 1
+    return int(np.prod([max(int(d), 1) for d in shape], dtype=np.int64))
 
 
 def _blocks(func):
@@ -71,7 +72,8 @@ def _reduced_operands(block, reduce_ivs) -> set[str]:
 
 def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     """Classify ``node`` and read its passes and reduction length from its PrimFunc."""
-    out_elems = _elems(node.shape)
+    # every result of a multi-output op (a Split writes all its pieces)
+    out_elems = sum(_elems(r.shape) for r in node.results) if node.results else _elems(node.shape)
     dbytes = max(tvm.DataType(node.dtype).bits // 8, 1)
     if node.kind in _ELEMENTWISE_KINDS:
         return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes)

@@ -89,7 +89,8 @@ def _reads_constant(graph: OpGraph) -> frozenset:
     if key not in _CONSTANT_READERS:
         _CONSTANT_READERS[key] = frozenset(
             i for i, b in enumerate(call_tir_bindings(graph.mod))
-            if any(isinstance(a, tvm.ir.Constant) for a in b.value.args[1].fields))
+            if not graph.nodes[i].library
+            and any(isinstance(a, tvm.ir.Constant) for a in b.value.args[1].fields))
     return _CONSTANT_READERS[key]
 
 

@@ -1,0 +1,102 @@
+"""Small hand-built ONNX models for the regression tests of tuple-valued, data-dependent
+and recurrent operators (onnx.helper, a few KB each, built in memory)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+_vi = h.make_tensor_value_info
+
+
+def make(name, nodes, inputs, outputs, inits=(), opset=13) -> onnx.ModelProto:
+    """A checked model of one graph."""
+    graph = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def const(name, value, dtype=np.float32):
+    return nh.from_array(np.asarray(value, dtype), name)
+
+
+def split13() -> onnx.ModelProto:
+    """Relu, Split (opset 13: sizes as an input), a piece each to Mul and Sigmoid, Concat."""
+    return make("split13", [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("Split", ["r", "sizes"], ["a", "b"], axis=1, name="split0"),
+        h.make_node("Mul", ["a", "two"], ["a2"]),
+        h.make_node("Sigmoid", ["b"], ["b2"]),
+        h.make_node("Concat", ["a2", "b2"], ["y"], axis=1),
+    ], [_vi("x", T.FLOAT, [1, 8, 4, 4])], [_vi("y", T.FLOAT, [1, 8, 4, 4])],
+        [const("sizes", [2, 6], np.int64), const("two", 2.0)])
+
+
+def split18() -> onnx.ModelProto:
+    """Split in three (opset 18: ``num_outputs``); the pieces are added and multiplied,
+    and one piece is also a model output."""
+    return make("split18", [
+        h.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3, name="split0"),
+        h.make_node("Add", ["a", "b"], ["ab"]),
+        h.make_node("Mul", ["ab", "c"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, 9, 4])],
+        [_vi("y", T.FLOAT, [1, 3, 4]), _vi("c", T.FLOAT, [1, 3, 4])], opset=18)
+
+
+def split_gemm(rows=64, cols=64) -> onnx.ModelProto:
+    """Relu, Split in two along the columns, each piece into its own MatMul (which takes
+    no fused prologue), the products added: the Split can only stay a kernel with two
+    outputs (fused with the Relu before it)."""
+    rng = np.random.default_rng(0)
+    half = cols // 2
+    return make("split_gemm", [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("Split", ["r", "sizes"], ["a", "b"], axis=1, name="split0"),
+        h.make_node("MatMul", ["a", "w1"], ["p"]),
+        h.make_node("MatMul", ["b", "w2"], ["q"]),
+        h.make_node("Add", ["p", "q"], ["y"]),
+    ], [_vi("x", T.FLOAT, [rows, cols])], [_vi("y", T.FLOAT, [rows, 16])],
+        [const("sizes", [half, half], np.int64),
+         const("w1", rng.standard_normal((half, 16))), const("w2", rng.standard_normal((half, 16)))])
+
+
+def topk() -> onnx.ModelProto:
+    """Relu, TopK (k=4 of 16, values and indices), the values doubled."""
+    return make("topk", [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("TopK", ["r", "k"], ["v", "i"], axis=-1, name="topk0"),
+        h.make_node("Mul", ["v", "two"], ["y"]),
+    ], [_vi("x", T.FLOAT, [2, 16])], [_vi("y", T.FLOAT, [2, 4]), _vi("i", T.INT64, [2, 4])],
+        [const("k", [4], np.int64), const("two", 2.0)])
+
+
+def nms() -> onnx.ModelProto:
+    """NonMaxSuppression of 6 boxes, one class, at most 3 kept (the number kept depends
+    on the boxes)."""
+    return make("nms", [
+        h.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thresh"],
+                    ["selected"], name="nms0"),
+    ], [_vi("boxes", T.FLOAT, [1, 6, 4]), _vi("scores", T.FLOAT, [1, 1, 6])],
+        [_vi("selected", T.INT64, [None, 3])],
+        [const("max_out", [3], np.int64), const("iou", [0.5]), const("thresh", [0.0])])
+
+
+def nms_inputs(seed=0) -> list[np.ndarray]:
+    """Well-formed boxes (y1, x1 < y2, x2) with several overlaps, and scores."""
+    rng = np.random.default_rng(seed)
+    low = rng.uniform(0, 1, (1, 6, 2)).astype(np.float32)
+    boxes = np.concatenate([low, low + rng.uniform(0.2, 0.6, (1, 6, 2)).astype(np.float32)], -1)
+    return [boxes, rng.uniform(0, 1, (1, 1, 6)).astype(np.float32)]
+
+
+def nonzero() -> onnx.ModelProto:
+    """NonZero of a Relu: the number of columns of the result depends on the data."""
+    return make("nonzero", [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("NonZero", ["r"], ["y"], name="nonzero0"),
+    ], [_vi("x", T.FLOAT, [3, 4])], [_vi("y", T.INT64, [2, None])])
