@@ -146,13 +146,31 @@ def _try_fold(node, known, values, static, opset,
         return None  # known too big before spending the time and memory to compute it
     feeds = {i: values[i] if i in values else numpy_helper.to_array(known[i]) for i in names}
     try:
-        results = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+        results = _evaluate(node, feeds, opset)
     except Exception:  # noqa: BLE001 - an op the evaluator lacks just stays in the graph
         return None
     results = [np.asarray(r) for r in results]
     if any(r.dtype == object for r in results) or sum(r.size for r in results) > budget:
         return None
-    return {name: r for name, r in zip(node.output, results) if name}
+    # Results come for the named outputs only, in order (an omitted optional one is "").
+    return dict(zip([o for o in node.output if o], results))
+
+
+def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list:
+    """Run one node with the semantics of the model's opset.
+
+    ``ReferenceEvaluator(node, opsets=...)`` ignores ``opsets`` for a bare node and runs
+    the newest version of the op, so an opset-11 ``Unsqueeze`` (axes as an attribute)
+    fails and other ops could silently change meaning: wrap the node in a one-node model
+    that imports the right opset.
+    """
+    inputs = [onnx.helper.make_tensor_value_info(
+        name, onnx.helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+        for name, arr in feeds.items()]
+    outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    graph = onnx.helper.make_graph([node], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, feeds)
 
 
 def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:

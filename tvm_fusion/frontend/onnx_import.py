@@ -17,6 +17,7 @@ from tvm_fusion.errors import ModelImportError
 
 from .convert import check_supported, convert, struct_tensor_infos
 from .fold import fix_input_shapes, fold_constants
+from .rewrite import rewritten_for_import
 from .shapes import TensorInfo, graph_inputs, onnx_dtype_name, resolve_shapes
 
 ModelSource = str | os.PathLike | onnx.ModelProto | bytes
@@ -73,7 +74,8 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
     fixed = resolve_shapes(inputs, shapes, source)
     folded = fold_constants(fix_input_shapes(proto, fixed))
     check_supported(folded, source)
-    mod = convert(folded, fixed, dtypes, source)
+    with rewritten_for_import(folded) as for_importer:
+        mod = convert(for_importer, fixed, dtypes, source)
     out_names = [o.name for o in folded.graph.output]
     return ImportedModel(
         mod=mod,
