@@ -181,7 +181,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
             from ..gpu.cuda import default_gpu_schedule
             from ..gpu.tir_check import check_scheduled, raise_on_violations
 
-            mod = default_gpu_schedule(mod, tvm_target)
+            mod = default_gpu_schedule(mod, tvm_target, hw)
             try:
                 raise_on_violations(check_scheduled(mod, hw))
             except LoweringError as e:

@@ -252,14 +252,19 @@ def sass(cubin: bytes) -> str:
 
 # ---- TVM: schedule and generate ------------------------------------------------------
 
-def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
+                         ) -> tvm.IRModule:
     """Apply dlight's default GPU rules to every unscheduled PrimFunc of ``mod``.
 
     The rules are tried in dlight's order (Matmul, GEMV, Reduction, GeneralReduction,
     Fallback), the first that schedules a kernel wins. Unlike
     ``dlight.ApplyDefaultSchedule``, a rule that crashes on a fused kernel (the Matmul
     rule asserts on some fp16 conv epilogues it cannot inline) is skipped for that
-    kernel and the next rule is tried, instead of failing the whole build.
+    kernel and the next rule is tried, instead of failing the whole build. Given ``hw``
+    (a HardwareTarget), a schedule that breaks its limits (dlight binds 3 x 16 threads
+    to a 1 x 3 matmul output: a partial warp) or does not lower is passed over for the
+    next rule's too; when every rule's is, the first one is kept and the caller's check
+    names the kernel.
     """
     from tvm.s_tir import dlight as dl
 
@@ -267,6 +272,8 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
         from ..tune.fast_import import import_tensor_intrinsics
 
         import_tensor_intrinsics()
+    from .tir_check import check_func
+
     rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
              dl.gpu.Fallback())
     updated = {}
@@ -274,6 +281,7 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
         for gv, func in mod.functions.items():
             if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
                 continue
+            first = None
             for rule in rules:
                 try:
                     sch = rule.apply(func, target, False)
@@ -282,8 +290,15 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
                 if sch is None:
                     continue
                 sch = sch[0] if isinstance(sch, (list, tuple)) else sch
-                updated[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                break
+                scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                first = first or scheduled
+                # dlight's Matmul rule leaves a padded reindex buffer undefined in some
+                # fused transformer matmuls: such a schedule does not lower.
+                if hw is None or not check_func(scheduled, gv.name_hint, target, hw):
+                    updated[gv] = scheduled
+                    break
+            if gv not in updated and first is not None:
+                updated[gv] = first
     if not updated:
         return mod
     funcs = dict(mod.functions.items())

@@ -68,7 +68,8 @@ def _walk(stmt, visit) -> None:
         stack.extend(reversed(_children(node)))
 
 
-def _launch_of(func: tvm.tirx.PrimFunc, name: str) -> KernelLaunch:
+def launch_of(func: tvm.tirx.PrimFunc, name: str) -> KernelLaunch:
+    """The launch of one device kernel (or of a scheduled PrimFunc, from its bindings)."""
     threads: dict = {}
     shared = dynamic = 0
     vectors = []
@@ -126,7 +127,7 @@ def device_kernels(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
     with tvm.transform.PassContext(opt_level=3):
         _, device = split_host_device_mods(pipeline(mod))
-    return tuple(_launch_of(f, gv.name_hint) for dm in device.values()
+    return tuple(launch_of(f, gv.name_hint) for dm in device.values()
                  for gv, f in sorted(dm.functions.items(), key=lambda kv: kv[0].name_hint)
                  if isinstance(f, tvm.tirx.PrimFunc))
 
@@ -214,6 +215,20 @@ def check_scheduled(mod: tvm.IRModule, hw, *, shared_limit: int | None = None
             out[name] = [v for k in launches
                          for v in check_launch(k, hw, shared_limit=shared_limit)]
     return out
+
+
+def check_func(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target, hw, *,
+               shared_limit: int | None = None) -> list[str]:
+    """Violations of one scheduled PrimFunc, lowered for ``target``; a schedule that
+    does not lower is one too (with TVM's reason), not an exception: for choosing
+    between schedules (:func:`check_scheduled` raises a LoweringError instead)."""
+    try:
+        kernels = device_kernels(func, target, name)
+    except Exception as err:  # noqa: BLE001 - TVM's lowering raises InternalError & co
+        last = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        return [f"kernel {name} on {hw.name}: its schedule does not lower ({last[:300]}); "
+                "tune it or report the schedule that produced it"]
+    return [v for k in kernels for v in check_launch(k, hw, shared_limit=shared_limit)]
 
 
 def schedule_and_check(model, target="mi250x", *, plan=None) -> tuple[tvm.IRModule, dict]:
