@@ -100,3 +100,16 @@ def nonzero() -> onnx.ModelProto:
         h.make_node("Relu", ["x"], ["r"]),
         h.make_node("NonZero", ["r"], ["y"], name="nonzero0"),
     ], [_vi("x", T.FLOAT, [3, 4])], [_vi("y", T.INT64, [2, None])])
+
+
+def branchy() -> onnx.ModelProto:
+    """A top-level If on the value of input ``sr``: Relu when sr == 16000, else Neg."""
+    then = h.make_graph([h.make_node("Relu", ["x"], ["t"])], "then", [],
+                        [_vi("t", T.FLOAT, [1, 8])])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [],
+                         [_vi("e", T.FLOAT, [1, 8])])
+    return make("branchy", [
+        h.make_node("Equal", ["sr", "rate"], ["is16k"]),
+        h.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other),
+    ], [_vi("x", T.FLOAT, [1, 8]), _vi("sr", T.INT64, [])], [_vi("y", T.FLOAT, [1, 8])],
+        [const("rate", 16000, np.int64)], opset=18)

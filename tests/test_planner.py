@@ -442,6 +442,6 @@ def test_run_time_branch_is_a_plan_error_naming_the_input():
         [vi("y", TensorProto.FLOAT, [1, 8])], initializer=[rate])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     imported = tf.import_model(model, name="branchy")
-    with pytest.raises(PlanError, match="from the value of input 'sr'.*Re-export the model "
-                                        "with that input fixed"):
+    with pytest.raises(PlanError, match="from the value of input 'sr'.*Fix that input as a "
+                                        r"constant \(--const NAME=VALUE"):
         tf.build_graph(imported.mod)

@@ -19,6 +19,9 @@ MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo mod
 SHIPPED = "shipped"  # --logs shipped: the package's tuning_logs/ (unless ./shipped exists)
 SHAPE_HELP = ("fix the shape of a model input: NAME=D1,D2,... (repeat per input), e.g. "
               "--shape x=1,3,224,224. Required for inputs with dynamic dims.")
+CONST_HELP = ("fix a model input as a constant: NAME=VALUE, or NAME=V1,V2,... for a "
+              "tensor (repeat per input), e.g. --const sr=16000. The input is no longer an "
+              "input of the module, and a top-level If on its value folds to one branch.")
 
 
 def _count(minimum: int):
@@ -35,20 +38,26 @@ def _count(minimum: int):
     return parse
 
 
-def _load_model(spec: str, shapes: list[str] | None):
-    """Import ``spec`` (file, `embedded` or zoo name) with ``--shape`` overrides."""
+def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = None):
+    """Import ``spec`` (file, `embedded` or zoo name) with ``--shape`` overrides and
+    ``--const`` inputs."""
     from . import import_model, parse_shape
     from .embedded import build_embedded_model
+    from .frontend.consts import parse_const
 
     given = dict(parse_shape(s) for s in shapes or [])
+    fixed = dict(parse_const(c) for c in consts or []) or None
     if spec == "embedded":
-        return import_model(build_embedded_model(), given or None, name="embedded")
+        return import_model(build_embedded_model(), given or None, name="embedded",
+                            consts=fixed)
     if not Path(spec).exists() and not spec.endswith(".onnx"):
         from . import zoo
 
         if spec in zoo.ZOO:
             model = zoo.ZOO[spec]
-            return import_model(zoo.fetch(spec), {**model.shapes, **given}, name=spec)
+            shapes = {k: v for k, v in {**model.shapes, **given}.items()
+                      if k not in (fixed or {})}
+            return import_model(zoo.fetch(spec), shapes, name=spec, consts=fixed)
         if os.sep not in spec and not spec.endswith(".onnx"):  # a name, not a path
             import difflib
 
@@ -57,12 +66,12 @@ def _load_model(spec: str, shapes: list[str] | None):
             raise TvmFusionError(
                 f"{spec!r} is neither a file nor a known model name; {hint}MODEL is an "
                 f".onnx file, `embedded`, or a zoo name: {', '.join(sorted(zoo.ZOO))}")
-    return import_model(spec, given or None)
+    return import_model(spec, given or None, consts=fixed)
 
 
 def _model_from_args(args):
-    """The model of ``args`` (MODEL, --shape), converted to --precision."""
-    model = _load_model(args.model, args.shape)
+    """The model of ``args`` (MODEL, --shape, --const), converted to --precision."""
+    model = _load_model(args.model, args.shape, getattr(args, "const", None))
     precision = getattr(args, "precision", "fp32")
     if precision == "fp32":
         return model
@@ -82,6 +91,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="hardware target: a name from `tvm-fusion targets` (default: host, "
                         "this machine with its real CPU as LLVM mcpu)")
     p.add_argument("--shape", action="append", metavar="NAME=D1,D2,...", help=SHAPE_HELP)
+    p.add_argument("--const", action="append", metavar="NAME=VALUE", help=CONST_HELP)
     p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
                    help="fp16: Relax mixed precision before planning (fp16 matmul/conv "
                         "operands, fp32 accumulation), so GEMMs run on tensor cores; GPU "
@@ -202,7 +212,7 @@ def cmd_run(args) -> int:
     from .reference import max_rel_error, random_inputs, run_onnxruntime
 
     mod = load_module(args.module)
-    reference = _reference_model(args.compare, mod) if args.compare else None
+    reference = _reference_model(args.compare, mod, args.const) if args.compare else None
     if args.inputs:
         inputs = _read_inputs(args.inputs, mod)
     else:
@@ -262,10 +272,13 @@ def _read_inputs(path: str, mod) -> list:
     return arrays
 
 
-def _reference_model(path: str, mod):
-    """The ONNX model of ``run --compare``, checked to take the module's input shapes."""
+def _reference_model(path: str, mod, consts: list[str] | None = None):
+    """The ONNX model of ``run --compare``, checked to take the module's input shapes,
+    with the inputs the module was compiled with as constants fixed likewise."""
     import onnx
     from google.protobuf.message import DecodeError
+
+    from .frontend.consts import apply_consts, parse_const
 
     if not Path(path).is_file():
         raise TvmFusionError(f"--compare {path}: no such file (expected the .onnx model the "
@@ -279,6 +292,9 @@ def _reference_model(path: str, mod):
     if not model.graph.output:
         raise TvmFusionError(f"--compare {path} is not an ONNX model (no graph outputs); "
                              "pass the .onnx file the module was compiled from")
+    fixed = (dict(parse_const(c) for c in consts) if consts
+             else (mod.info or {}).get("consts") or {})
+    model, _ = apply_consts(model, fixed, f"--compare {path}")
     weights = {t.name for t in model.graph.initializer}
     graph_inputs = {i.name: i for i in model.graph.input if i.name not in weights}
     want = {i.name: i.shape for i in mod.input_info}
@@ -412,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("module", metavar="OUT.so", help="a library written by `tvm-fusion compile`")
     r.add_argument("--inputs", metavar="FILE.npz", help="inputs, one array per input name")
     r.add_argument("--compare", metavar="MODEL.onnx", help="reference model for ONNX Runtime")
+    r.add_argument("--const", action="append", metavar="NAME=VALUE",
+                   help="with --compare: an input of MODEL.onnx fixed as a constant (default: "
+                        "the --const values the module was compiled with, from OUT.so.json)")
     r.add_argument("--rtol", type=float, default=1e-4,
                    help="max relative error, max|got-want|/max|want| (default 1e-4)")
     r.add_argument("--repeat", type=_count(1), default=50, help="timed runs (default 50)")

@@ -200,6 +200,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "tvm_target": json.loads(json.dumps(hw.tvm_config, default=dict)), "plan_hash": plan.hash,
         "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                    for t in model.inputs],
+        "consts": {n: v.tolist() for n, v in model.consts.items()},
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                     for t in model.outputs],
         "kernels": sorted(funcs), "untuned": list(untuned),

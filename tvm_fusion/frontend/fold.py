@@ -70,7 +70,8 @@ def fold_constants(model: onnx.ModelProto, *, max_rounds: int = MAX_ROUNDS) -> o
 
     A node folds when all its inputs are initializers or folded values (``Constant``
     included), or when it is ``Shape``/``Size`` of a tensor whose shape inference found
-    fully static. Shape inference reruns after every round, since new constants make
+    fully static. A top-level ``If`` whose condition folded is replaced by the branch it
+    takes (an input fixed with ``consts``, see :mod:`.consts`). Shape inference reruns after every round, since new constants make
     further shapes static.
 
     Parameters
@@ -100,6 +101,15 @@ def _fold_round(model: onnx.ModelProto) -> bool:
     opset = _default_opset(model)
     graph_outputs = {o.name for o in graph.output}
     known = {t.name: t for t in graph.initializer}
+    inlined = _fold_constant_ifs(
+        graph, lambda name: numpy_helper.to_array(known[name]) if name in known else None)
+    if inlined is not None:
+        copies = onnx.GraphProto()
+        copies.node.extend(inlined)  # copies: the originals go with the deletion below
+        del graph.node[:]
+        graph.node.extend(copies.node)
+        _prune(model)
+        return True
     static = _static_shapes(graph)
     values: dict[str, np.ndarray] = {}
     kept: list[onnx.NodeProto] = []
@@ -121,6 +131,29 @@ def _fold_round(model: onnx.ModelProto) -> bool:
     )
     _prune(model)
     return True
+
+
+def _fold_constant_ifs(graph: onnx.GraphProto, constant) -> list[onnx.NodeProto] | None:
+    """The top-level nodes with every ``If`` whose condition is known replaced by the
+    branch it takes (its outputs renamed by Identity nodes); None when there is none.
+
+    ``constant(name)`` returns the value of a constant tensor, or None.
+    """
+    nodes, changed = [], False
+    for node in graph.node:
+        cond = constant(node.input[0]) if node.op_type == "If" and node.domain in ("", "ai.onnx") \
+            else None
+        if cond is None:
+            nodes.append(node)
+            continue
+        attrs = {a.name: a.g for a in node.attribute}
+        branch = attrs["then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"]
+        graph.initializer.extend(branch.initializer)
+        nodes.extend(branch.node)
+        nodes.extend(onnx.helper.make_node("Identity", [b.name], [o], name=f"{node.name or o}_taken")
+                     for b, o in zip(branch.output, node.output))
+        changed = True
+    return nodes if changed else None
 
 
 def _try_fold(node, known, values, static, opset,

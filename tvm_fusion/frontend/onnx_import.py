@@ -6,15 +6,17 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 import tvm
 from google.protobuf.message import DecodeError
 
 from tvm_fusion.errors import ModelImportError
 
+from .consts import apply_consts
 from .convert import check_supported, convert, struct_tensor_infos
 from .fold import fix_input_shapes, fold_constants
 from .rewrite import rewritten_for_import
@@ -38,10 +40,12 @@ class ImportedModel:
     onnx_model: onnx.ModelProto
     model_hash: str
     source: str
+    consts: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Inputs fixed as constants at import (no longer inputs of ``mod``)."""
 
 
 def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None = None,
-                 *, name: str | None = None) -> ImportedModel:
+                 *, name: str | None = None, consts: Mapping | None = None) -> ImportedModel:
     """Import an ONNX model into a static-shape Relax module.
 
     Parameters
@@ -53,6 +57,10 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
         input with a dynamic dim; inputs whose dims are all static may be left out.
     name : str, optional
         What to call the model in messages and in ``source``; defaults to the path.
+    consts : mapping of str to array-like, optional
+        Inputs to fix as constants, e.g. ``{"sr": 16000}``: each becomes a weight, so
+        a top-level ``If`` on its value folds to the branch it takes (see
+        :mod:`.consts`). They are no longer inputs of the module.
 
     Returns
     -------
@@ -69,6 +77,7 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
         The model uses op types TVM cannot convert; all of them are listed.
     """
     raw, proto, source = _load(model, name)
+    proto, fixed_consts = apply_consts(proto, consts or {}, source)
     inputs = graph_inputs(proto)
     dtypes = {i.name: _input_dtype(i, source) for i in inputs}
     fixed = resolve_shapes(inputs, shapes, source)
@@ -82,15 +91,21 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
         inputs=tuple(TensorInfo(i.name, fixed[i.name], dtypes[i.name]) for i in inputs),
         outputs=struct_tensor_infos(mod["main"].ret_ty, out_names),
         onnx_model=folded,
-        model_hash=model_hash(raw, [(i.name, fixed[i.name]) for i in inputs]),
+        model_hash=model_hash(raw, [(i.name, fixed[i.name]) for i in inputs], fixed_consts),
         source=source,
+        consts=fixed_consts,
     )
 
 
-def model_hash(raw: bytes, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> str:
-    """sha256 hex of the model bytes and the fixed input shapes, in input order."""
+def model_hash(raw: bytes, shapes: Sequence[tuple[str, tuple[int, ...]]],
+               consts: Mapping | None = None) -> str:
+    """sha256 hex of the model bytes, the fixed input shapes (in input order) and the
+    inputs fixed as constants, if any."""
     digest = hashlib.sha256(raw)
     digest.update(json.dumps([[n, list(s)] for n, s in shapes]).encode())
+    if consts:
+        digest.update(json.dumps({n: np.asarray(v).tolist() for n, v in sorted(consts.items())})
+                      .encode())
     return digest.hexdigest()
 
 

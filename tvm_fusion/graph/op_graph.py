@@ -226,8 +226,8 @@ def _raise_on_control_flow(main: relax.Function) -> None:
             f"the model branches at run time: an If (from the ONNX model's If) picks its "
             f"branch from the value of input {names}. tvm-fusion plans and tunes one static "
             f"dataflow graph, so control flow on an input's value is not supported. "
-            f"Re-export the model with that input fixed (a constant or initializer, e.g. "
-            f"one sample rate), so that the If folds to one branch")
+            f"Fix that input as a constant (--const NAME=VALUE, import_model(consts=...), "
+            f"e.g. one sample rate), so that the If folds to one branch")
 
 
 def _is_call_tir(expr) -> bool:
