@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import traceback
+import warnings
 from pathlib import Path
 
 from .costmodel import cli as cost_model_cli
@@ -176,7 +177,9 @@ def _print_tune_report(report) -> None:
 
 def cmd_compile(args) -> int:
     from . import compile_model
+    from .deploy.build import check_output_path
 
+    check_output_path(Path(args.output))  # before minutes of building, not after
     model = _model_from_args(args)
     if args.logs == SHIPPED and not Path(SHIPPED).exists():
         from .data import shipped_logs_dir
@@ -451,6 +454,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _format_warning
+    try:
+        return _run(args, argv)
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _run(args, argv) -> int:
+    """``args.func`` with every failure turned into a message and an exit status."""
     try:
         return args.func(args)
     except TvmFusionError as e:
@@ -464,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except Exception as e:  # noqa: BLE001  (the last resort: a bug, not a bad input)
         return _internal_error(e, sys.argv[1:] if argv is None else argv)
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning on the command line: one line, without the source location."""
+    return f"warning: {message}\n"
 
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): 1 is `run --compare`'s "outputs differ"

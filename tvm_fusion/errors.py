@@ -42,5 +42,9 @@ class LogError(TvmFusionError):
     """A tuning log directory that cannot be used as asked."""
 
 
+class ExportError(TvmFusionError):
+    """A compiled module that cannot be written where it was asked to go."""
+
+
 class ModuleLoadError(TvmFusionError):
     """A compiled module that cannot be loaded or called with the given inputs."""

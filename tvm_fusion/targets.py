@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -22,6 +23,8 @@ from .data import hw_targets_dir
 from .errors import TargetError
 
 HW_DIR = hw_targets_dir()
+# A target's name is the directory tune writes under --logs: one plain path component.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 FAMILIES = {"cpu": "llvm", "cuda": "cuda", "rocm": "rocm"}  # family -> TVM target kind
 PEAK_KEYS = ("fp64_vector", "fp64_matrix", "fp32_vector", "fp32_matrix", "tf32_matrix",
              "fp16_vector", "fp16_matrix", "bf16_vector", "bf16_matrix", "fp8_matrix",
@@ -260,6 +263,11 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
     for key in PLAIN_FIELDS:
         if not isinstance(doc[key], str) or not doc[key]:
             raise TargetError(f"{origin}: {key!r} must be a non-empty string, got {doc[key]!r}")
+    if not NAME_RE.fullmatch(doc["name"]):
+        raise TargetError(f"{origin}: 'name' is {doc['name']!r}, but a target's name is the "
+                          "directory tune writes under --logs, so it must be one plain name "
+                          "(letters, digits, '_', '-', '.', '+'; no '/'; not starting with "
+                          "'.'), e.g. 'my_gpu'")
     if doc["family"] not in FAMILIES:
         raise TargetError(f"{origin}: 'family' must be one of {sorted(FAMILIES)}, "
                           f"got {doc['family']!r}")

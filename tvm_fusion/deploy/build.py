@@ -10,7 +10,10 @@ warning.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +22,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..errors import LogError, LoweringError
+from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan, make_plan
@@ -28,7 +31,7 @@ from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_ma
                          target_dir, target_key)
 
 MODULE_SCHEMA = "tvm-fusion/module"
-MODULE_VERSION = 1
+MODULE_VERSION = 2  # 2: the sidecar records the library's size and sha256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +48,53 @@ class CompiledModel:
     """Predicted fraction of the model's time spent in each untuned kernel."""
 
     def export(self, path: str | Path) -> Path:
-        """Write the shared library ``path`` and its sidecar ``path`` + ``.json``."""
+        """Write the shared library ``path`` and its sidecar ``path`` + ``.json``.
+
+        The sidecar records the library's size and sha256, which :func:`load_module`
+        checks before loading (a truncated library would crash the process with SIGBUS).
+
+        Raises
+        ------
+        ExportError
+            ``path`` cannot be written (no such directory, read-only, not a directory).
+        """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.executable.export_library(str(path))
-        sidecar_path(path).write_text(json.dumps(self.info, indent=1) + "\n")
+        check_output_path(path)
+        try:
+            self.executable.export_library(str(path))
+        except Exception as e:  # noqa: BLE001  (the linker's error, as TVM relays it)
+            raise ExportError(f"cannot write the library {path}: "
+                              f"{str(e).strip().splitlines()[-1][:300]}") from e
+        info = {**self.info, "library": library_digest(path)}
+        try:
+            sidecar_path(path).write_text(json.dumps(info, indent=1) + "\n")
+        except OSError as e:
+            raise ExportError(f"cannot write {sidecar_path(path)}: {e.strerror}") from e
         return path
+
+
+def check_output_path(path: Path) -> None:
+    """Fail early, naming ``path``, if a library cannot be written there."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {path.parent} is not a writable directory "
+                          f"({e.strerror}); pass -o a path in a directory you can "
+                          "write") from None
+    if path.is_dir():
+        raise ExportError(f"cannot write {path}: it is a directory; pass -o a file name "
+                          "such as model.so")
+
+
+def library_digest(path: Path) -> dict:
+    """Size and sha256 of a library: what its sidecar records and loading checks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"size": os.path.getsize(path), "sha256": h.hexdigest()}
 
 
 def sidecar_path(lib: str | Path) -> Path:

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from ..errors import ModuleLoadError
-from .build import MODULE_SCHEMA, MODULE_VERSION, sidecar_path
+from .build import MODULE_SCHEMA, MODULE_VERSION, library_digest, sidecar_path
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,13 @@ def load_module(path: str | Path) -> Module:
     Returns
     -------
     Module
+
+    Raises
+    ------
+    ModuleLoadError
+        No library or description, a description that is not one (corrupt JSON, not an
+        object, of another version or TVM), or a library whose size or sha256 differs
+        from what its description recorded (truncated or changed since it was written).
     """
     path = Path(path)
     meta = sidecar_path(path)
@@ -112,17 +119,46 @@ def load_module(path: str | Path) -> Module:
     if not meta.exists():
         raise ModuleLoadError(f"{path} has no description {meta.name} beside it; copy it "
                               "along with the library (tvm-fusion compile writes both)")
-    info = json.loads(meta.read_text())
-    if info.get("schema") != MODULE_SCHEMA or info.get("version") != MODULE_VERSION:
-        raise ModuleLoadError(f"{meta} is not a tvm-fusion module description of version "
-                              f"{MODULE_VERSION}")
+    rebuild = "rebuild it with `tvm-fusion compile` (it writes both files)"
+    try:
+        info = json.loads(meta.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModuleLoadError(f"{meta}, the description of {path}, cannot be read as JSON "
+                              f"({e}); {rebuild}") from None
+    if not isinstance(info, dict) or info.get("schema") != MODULE_SCHEMA:
+        raise ModuleLoadError(f"{meta} is not a tvm-fusion module description; {rebuild}")
+    if info.get("version") != MODULE_VERSION:
+        raise ModuleLoadError(f"{meta} is a module description of version "
+                              f"{info.get('version')}, this tvm-fusion reads version "
+                              f"{MODULE_VERSION}; {rebuild}")
     if info.get("tvm") != tvm.__version__:
         raise ModuleLoadError(f"{path} was built with TVM {info.get('tvm')}, this runtime is "
                               f"TVM {tvm.__version__}; rebuild it with `tvm-fusion compile`")
-    kind = info["tvm_target"]["kind"]
-    dev = tvm.cpu() if kind in ("llvm", "c") else tvm.device(kind, 0)
+    # Loading a truncated library maps pages past its end: SIGBUS, no message. Check first.
+    want = info.get("library")
+    if not isinstance(want, dict):
+        raise ModuleLoadError(f"{meta} does not record the size and sha256 of {path.name}; "
+                              f"{rebuild}")
+    got = library_digest(path)
+    if got != {"size": want.get("size"), "sha256": want.get("sha256")}:
+        raise ModuleLoadError(
+            f"{path} is damaged: {got['size']} bytes, sha256 {got['sha256'][:12]}..., but "
+            f"{meta.name} recorded {want.get('size')} bytes, sha256 "
+            f"{str(want.get('sha256'))[:12]}... (cut short or changed after it was "
+            f"written); copy it again with its {meta.name}, or {rebuild}")
     try:
-        vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), dev)
-    except Exception as e:
+        kind = info["tvm_target"]["kind"]
+        dev = tvm.cpu() if kind in ("llvm", "c") else tvm.device(kind, 0)
+        vm_lib = tvm.runtime.load_module(str(path))
+    except (KeyError, TypeError) as e:
+        raise ModuleLoadError(f"{meta} lacks the module's target ({e}); {rebuild}") from None
+    except Exception as e:  # noqa: BLE001  (TVM's loader errors)
         raise ModuleLoadError(f"cannot load {path}: {str(e).splitlines()[-1]}") from e
-    return Module(vm, info, dev)
+    try:
+        vm = relax.VirtualMachine(vm_lib, dev)
+        return Module(vm, info, dev)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModuleLoadError(f"{meta} does not describe {path.name}'s inputs and outputs "
+                              f"({type(e).__name__}: {e}); {rebuild}") from None
+    except Exception as e:  # noqa: BLE001
+        raise ModuleLoadError(f"cannot load {path}: {str(e).splitlines()[-1]}") from e

@@ -165,11 +165,13 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
               "tvm_target": json.loads(json.dumps(hw.tvm_config, default=dict)),
               "seeds": list(SEEDS), "models": [], "kernels": []}
     seen = {}
+    stems: set[str] = set()
     for model in models:
         graph = build_graph(model.mod)
         inputs = random_inputs(model.inputs)
         want = run_onnxruntime(model.onnx_model, inputs)
-        data = out / "models" / f"{model.source}.npz"
+        stem = _file_stem(model, stems)
+        data = out / "models" / f"{stem}.npz"
         np.savez_compressed(data, **{f"in{i}": a for i, a in enumerate(inputs)},
                             **{f"out{i}": a for i, a in enumerate(want)})
         tuned_plan = None
@@ -177,14 +179,14 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
             plan, _, tasks = make_schedulable(graph, make_plan(graph, hw, planner), hw,
                                               tvm_target)
             entry = _export_model(compile_model(model, hw, plan=plan), model, planner,
-                                  out, data, len(inputs), len(want))
+                                  out, data, len(inputs), len(want), stem)
             bundle["models"].append(entry)
             progress(f"{entry['label']}: {entry['kernels']} kernels")
             if planner == tune_plan:
                 tuned_plan = (plan, tasks)
         if logs is not None:
             entry = _export_model(compile_model(model, hw, logs=logs), model, "tuned", out,
-                                  data, len(inputs), len(want))
+                                  data, len(inputs), len(want), stem)
             bundle["models"].append(entry)
             progress(f"{entry['label']}: {entry['kernels']} kernels, {entry['untuned']} "
                      "with the default schedule")
@@ -237,10 +239,25 @@ def write_device_manifest(out: str | os.PathLike, *, skip_models=()) -> Path:
     return out / "device.json"
 
 
-def _export_model(compiled, model, planner, out, data, n_in, n_out) -> dict:
+def _file_stem(model, taken: set[str]) -> str:
+    """A file name for ``model`` inside the bundle, whatever path it was read from.
+
+    ``model.source`` may be ``dir/model.onnx`` or absolute: used as a file name it would
+    write outside the bundle. Two models of one name get the model hash appended.
+    """
+    name = Path(model.source).name.removesuffix(".onnx")
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
+    stem = stem or "model"
+    if stem in taken:
+        stem = f"{stem}-{model.model_hash[:8]}"
+    taken.add(stem)
+    return stem
+
+
+def _export_model(compiled, model, planner, out, data, n_in, n_out, stem) -> dict:
     """Write one whole-model build; its entry in ``bundle.json``."""
     label = f"{model.source}.{planner}"
-    lib = out / "models" / f"{label}.so"
+    lib = out / "models" / f"{stem}.{planner}.so"
     compiled.executable.export_library(str(lib))
     return {"label": label, "source": model.source, "model_hash": model.model_hash,
             "planner": planner, "plan_hash": compiled.plan.hash,

@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,9 @@ from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, as_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
-from .logs import (add_trials, append_jsonl, kernel_table, open_database, read_manifest,
-                   target_dir, target_identity, write_manifest)
+from .logs import (add_trials, append_jsonl, check_writable, kernel_table, open_database,
+                   orphaned_records, read_manifest, target_dir, target_identity,
+                   write_manifest)
 from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
 from .measure import (NEAR_TIE, MeasureError, RemoteDevice, check_local_device, device_type,
                       make_runner, median_us, remeasure)
@@ -310,6 +312,13 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)
     graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
+    check_writable(tdir)  # before planning and building, not after
+    orphans = orphaned_records(tdir)
+    if orphans:
+        warnings.warn(f"{tdir} holds {orphans} measured records but no manifest.json (was it "
+                      "deleted?): the trial count starts again from 0, so --trials N runs N "
+                      "more measurements; the records are kept and each kernel starts from "
+                      "its best", stacklevel=2)
     manifest = read_manifest(tdir, expect=hw)  # refuses another TVM version or target
     manifest["target"] = target_identity(hw)
     entry = manifest["models"].get(model.model_hash)

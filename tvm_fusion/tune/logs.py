@@ -37,7 +37,39 @@ MANIFEST_VERSION = 1
 
 def target_dir(logs: str | os.PathLike, target_name: str) -> Path:
     """The directory of one target's records inside a log directory."""
+    name = Path(target_name)
+    if name.is_absolute() or len(name.parts) != 1 or target_name in (".", ".."):
+        # load_target refuses such names; a HardwareTarget built by hand might not
+        raise LogError(f"target name {target_name!r} is not a plain name, so its logs would "
+                       f"lie outside {logs}; name the target like 'my_gpu'")
     return Path(logs) / target_name
+
+
+def check_writable(tdir: Path) -> None:
+    """Fail early, naming the directory, when tuning cannot write its records there."""
+    try:
+        tdir.mkdir(parents=True, exist_ok=True)
+        with DirLock(tdir, exclusive=True), tempfile.TemporaryFile(dir=tdir):
+            pass
+    except OSError as e:
+        keep = (f" (copy {tdir.parent} there to continue from its records)"
+                if tdir.is_dir() else "")
+        raise LogError(f"cannot write the tuning logs in {tdir} ({e.strerror}); tuning "
+                       "appends its records there: make it writable, or pass --logs a "
+                       f"directory you can write{keep}") from None
+
+
+def orphaned_records(tdir: Path) -> int:
+    """Measured records in ``tdir`` that no manifest counts (its manifest.json is gone)."""
+    if (tdir / "manifest.json").exists():
+        return 0
+    counts = []
+    for db in (tdir / "candidates", tdir):
+        try:
+            counts.append((db / RECORD_FILE).read_bytes().count(b"\n"))
+        except OSError:
+            counts.append(0)
+    return max(counts)
 
 
 def open_database(path: Path, *, create: bool) -> LogDatabase | None:
