@@ -168,6 +168,8 @@ def test_compile_into_an_unwritable_place_is_refused_before_building(tmp_path):
     refused(cli("compile", "embedded", "-o", tmp_path / "afile" / "m.so", cwd=tmp_path),
             "afile/m.so", "not a writable directory", "pass -o")
     refused(cli("compile", "embedded", "-o", tmp_path, cwd=tmp_path), "is a directory")
+    refused(cli("plan", "embedded", "--json", tmp_path / "afile" / "plan.json", cwd=tmp_path),
+            "--json", "afile/plan.json", "pass a path in a directory you can write")
 
 
 # ---- run --inputs / --compare / --repeat -----------------------------------------------

@@ -124,7 +124,11 @@ def cmd_plan(args) -> int:
         print(f"\nwhy {args.explain}:")
         print(plan.explain(args.explain))
     if args.json:
-        plan.save(args.json)
+        try:
+            plan.save(args.json)
+        except OSError as e:
+            raise TvmFusionError(f"cannot write --json {args.json} ({e.strerror}); pass a "
+                                 "path in a directory you can write") from None
         print(f"plan written to {args.json}")
     return 0
 
