@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
+from tvm_fusion.errors import UnsupportedOpError
 from tvm_fusion.frontend import import_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 
@@ -73,6 +74,49 @@ def reshape_from_opset11_unsqueeze():
     return _model(nodes, [1, "C", 4, 5], inits, 11)
 
 
+def keras_rnn_loop(data_dependent_stop: bool = False):
+    """tf2onnx's form of a Keras RNN layer: a Loop over the time steps whose trip count
+    and condition come from the input's Shape, weights read from the outer scope, a
+    constant of the body's own, the hidden states as a scan output."""
+    rng = np.random.default_rng(2)
+    stop = [helper.make_node("ReduceSum", ["h_new"], ["tot"], keepdims=0),
+            helper.make_node("Less", ["tot", "big"], ["cond_out"])] if data_dependent_stop \
+        else [helper.make_node("Less", ["i1", "steps"], ["cond_out"])]
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["xt", "i"], ["xi"], axis=0),
+         helper.make_node("MatMul", ["xi", "w"], ["a"]),
+         helper.make_node("MatMul", ["h", "u"], ["b"]),
+         helper.make_node("Add", ["a", "b"], ["c"]),
+         helper.make_node("Tanh", ["c"], ["h_new"]),
+         helper.make_node("Add", ["i", "one"], ["i1"]), *stop,
+         helper.make_node("Identity", ["h_new"], ["scan"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_new", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [1, 3])],
+        initializer=[_c("one", 1), _c("big", 1e9, np.float32)])
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node("Shape", ["xt"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["steps"], axis=0),
+        helper.make_node("Loop", ["steps", "go", "h0"], ["h_last", "hs"], body=body),
+        helper.make_node("Add", ["hs", "h_last"], ["y"]),
+    ]
+    inits = [_c("zero", 0), _c("go", True, np.bool_), _c("h0", np.zeros((1, 3)), np.float32),
+             _c("w", rng.standard_normal((4, 3)), np.float32),
+             _c("u", rng.standard_normal((3, 3)), np.float32)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1, 3])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 def _stock_import(model, shapes):
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -80,12 +124,14 @@ def _stock_import(model, shapes):
 
 
 # (builder, shapes, the stock importer's failure given the same shapes or None, the ops
-# left after folding)
+# left after folding, or a check of them)
 CASES = {
     "resize-empty-scales": (resize_empty_scales, {"x": (1, 3, 5, 7)},
                             (AssertionError, "Only one of scales and sizes"), ["Resize"]),
     "opset11-unsqueeze-fold": (reshape_from_opset11_unsqueeze, {"x": (1, 6, 4, 5)},
                                None, ["Reshape", "Relu"]),
+    "keras-rnn-loop": (keras_rnn_loop, {"x": (1, 5, 4)}, (Exception, "Loop"),
+                       lambda ops: "Loop" not in ops and ops.count("Tanh") == 5),
 }
 
 
@@ -98,7 +144,8 @@ def test_export_form_imports_and_matches_onnxruntime(case):
             _stock_import(model, shapes)
 
     imported = import_model(model, shapes, name=case)
-    assert [n.op_type for n in imported.onnx_model.graph.node] == ops_left
+    ops = [n.op_type for n in imported.onnx_model.graph.node]
+    assert ops_left(ops) if callable(ops_left) else ops == ops_left, ops
     arrays = random_inputs(imported.inputs, seed=5)
     ex = tvm.compile(imported.mod, target=tvm.target.Target({"kind": "llvm"}))
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(arrays[0])).numpy()
@@ -109,3 +156,8 @@ def test_export_form_imports_and_matches_onnxruntime(case):
     # the importer is undone afterwards).
     (again,) = run_onnxruntime(imported.onnx_model, arrays)
     assert max_rel_error(again, want) <= TOL
+
+
+def test_loop_that_may_stop_on_the_data_stays_a_loop_and_is_named():
+    with pytest.raises(UnsupportedOpError, match=r"Loop: 1 node"):
+        import_model(keras_rnn_loop(data_dependent_stop=True), {"x": (1, 5, 4)})

@@ -20,6 +20,7 @@ from .consts import apply_consts
 from .convert import check_supported, convert, struct_tensor_infos
 from .fold import fix_input_shapes, fold_constants
 from .rewrite import rewritten_for_import
+from .unroll import unroll_loops
 from .shapes import TensorInfo, graph_inputs, onnx_dtype_name, resolve_shapes
 
 ModelSource = str | os.PathLike | onnx.ModelProto | bytes
@@ -81,7 +82,7 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
     inputs = graph_inputs(proto)
     dtypes = {i.name: _input_dtype(i, source) for i in inputs}
     fixed = resolve_shapes(inputs, shapes, source)
-    folded = fold_constants(fix_input_shapes(proto, fixed))
+    folded = unroll_loops(fold_constants(fix_input_shapes(proto, fixed)), fold_constants)
     check_supported(folded, source)
     with rewritten_for_import(folded) as for_importer:
         mod = convert(for_importer, fixed, dtypes, source)
