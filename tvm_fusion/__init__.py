@@ -2,7 +2,8 @@
 
 The pipeline, one function per stage, each usable alone::
 
-    model = import_model("model.onnx", shapes={"x": (1, 3, 224, 224)})
+    model = import_model("model.onnx", shapes={"x": (1, 3, 224, 224)})  # simplified
+    print(model.simplified.summary())   # what graph simplification removed
     graph = build_graph(model.mod)
     plan = plan_fusion(graph, "host")
     fused = apply_plan(graph, plan)
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError
-from .frontend import ImportedModel, TensorInfo, import_model, parse_shape
+from .frontend import ImportedModel, TensorInfo, parse_shape
 from .graph import OpGraph, build_graph
 from .plan import FusedGroup, FusionPlan, apply_plan, plan_fusion
+from .simplify import SimplifyReport, import_model, simplify_model
 from .targets import HardwareTarget, list_targets, load_target
 from .tune import TuneReport, tune
 from .version import __version__
@@ -26,7 +28,7 @@ from .version import __version__
 
 __all__ = [
     "CompiledModel", "FusedGroup", "FusionPlan", "HardwareTarget", "ImportedModel",
-    "Module", "OpGraph", "TensorInfo", "TuneReport", "TvmFusionError", "apply_plan",
-    "build_graph", "compile_model", "import_model", "jit", "list_targets", "load_module",
-    "load_target", "parse_shape", "plan_fusion", "tune",
+    "Module", "OpGraph", "SimplifyReport", "TensorInfo", "TuneReport", "TvmFusionError",
+    "apply_plan", "build_graph", "compile_model", "import_model", "jit", "list_targets",
+    "load_module", "load_target", "parse_shape", "plan_fusion", "simplify_model", "tune",
 ]

@@ -39,9 +39,15 @@ def _count(minimum: int):
     return parse
 
 
-def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = None):
+SIMPLIFY_HELP = ("keep the graph as converted: no cast/transpose removal or affine "
+                 "folding before planning (to compare, or to deploy logs tuned before "
+                 "simplification)")
+
+
+def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = None,
+                simplify: bool = True):
     """Import ``spec`` (file, `embedded` or zoo name) with ``--shape`` overrides and
-    ``--const`` inputs."""
+    ``--const`` inputs, simplified unless ``simplify`` is False."""
     from . import import_model, parse_shape
     from .embedded import build_embedded_model
     from .frontend.consts import parse_const
@@ -50,7 +56,7 @@ def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = 
     fixed = dict(parse_const(c) for c in consts or []) or None
     if spec == "embedded":
         return import_model(build_embedded_model(), given or None, name="embedded",
-                            consts=fixed)
+                            consts=fixed, simplify=simplify)
     if not Path(spec).exists() and not spec.endswith(".onnx"):
         from . import zoo
 
@@ -58,7 +64,8 @@ def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = 
             model = zoo.ZOO[spec]
             shapes = {k: v for k, v in {**model.shapes, **given}.items()
                       if k not in (fixed or {})}
-            return import_model(zoo.fetch(spec), shapes, name=spec, consts=fixed)
+            return import_model(zoo.fetch(spec), shapes, name=spec, consts=fixed,
+                                simplify=simplify)
         if os.sep not in spec and not spec.endswith(".onnx"):  # a name, not a path
             import difflib
 
@@ -67,12 +74,13 @@ def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = 
             raise TvmFusionError(
                 f"{spec!r} is neither a file nor a known model name; {hint}MODEL is an "
                 f".onnx file, `embedded`, or a zoo name: {', '.join(sorted(zoo.ZOO))}")
-    return import_model(spec, given or None, consts=fixed)
+    return import_model(spec, given or None, consts=fixed, simplify=simplify)
 
 
 def _model_from_args(args):
     """The model of ``args`` (MODEL, --shape, --const), converted to --precision."""
-    model = _load_model(args.model, args.shape, getattr(args, "const", None))
+    model = _load_model(args.model, args.shape, getattr(args, "const", None),
+                        not getattr(args, "no_simplify", False))
     precision = getattr(args, "precision", "fp32")
     if precision == "fp32":
         return model
@@ -97,6 +105,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="fp16: Relax mixed precision before planning (fp16 matmul/conv "
                         "operands, fp32 accumulation), so GEMMs run on tensor cores; GPU "
                         "targets only (default fp32)")
+    p.add_argument("--no-simplify", action="store_true", help=SIMPLIFY_HELP)
 
 
 def cmd_targets(args) -> int:
@@ -112,6 +121,8 @@ def cmd_plan(args) -> int:
     model = _model_from_args(args)
     graph = build_graph(model.mod)
     plan = plan_fusion(graph, args.target, planner=args.planner)
+    if model.simplified is not None:
+        print(model.simplified.summary())
     print(plan.summary())
     if args.planner != "fuseops":
         base = plan_fusion(graph, args.target, planner="fuseops")

@@ -116,6 +116,25 @@ def _read_logs(logs, hw: HardwareTarget, allow_other_target: bool) -> dict | Non
     return read_manifest(tdir, expect=hw, allow_other_target=allow_other_target)
 
 
+def _tuned_before_simplify(model: ImportedModel, manifest: dict | None, logs):
+    """Logs tuned on the graph as converted still apply: deploy that graph, and say so.
+
+    Their plan names the unsimplified graph's ops and their records its kernels, so a
+    simplified model falls back to the model it was simplified from.
+    """
+    old = model.unsimplified
+    entry = (manifest or {}).get("models", {}).get(old.model_hash) if old else None
+    if entry is None:
+        return model, None
+    warnings.warn(
+        f"the logs in {logs} were tuned for {model.source} without graph simplification "
+        f"(another graph, other kernels: {model.simplified.summary()}); deploying the "
+        "unsimplified graph they were tuned for. Re-tune into these logs to deploy the "
+        "simplified graph, or import with simplify=False (CLI: --no-simplify) to silence "
+        "this", stacklevel=3)
+    return old, entry
+
+
 def _untuned_share(plan: FusionPlan, untuned) -> dict[str, float]:
     """Each untuned kernel's share of the plan's predicted time (by kernel name)."""
     est = {g.name: g.est_us for g in plan.groups}
@@ -204,9 +223,11 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
 
         require_rocm_build(hw)
     tvm_target = hw.tvm_target()
-    graph = build_graph(model.mod)
     manifest = _read_logs(logs, hw, allow_other_target)
     entry = (manifest or {}).get("models", {}).get(model.model_hash)
+    if entry is None and plan is None:
+        model, entry = _tuned_before_simplify(model, manifest, logs)
+    graph = build_graph(model.mod)
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     plan = plan or make_plan(graph, hw, planner)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModuleLoadError, TvmFusionError
-from ..frontend import import_model
+from ..simplify import SIMPLIFY_VERSION, import_model
 from ..frontend.onnx_import import _load as load_onnx
 from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
@@ -62,7 +62,8 @@ class JitFunction:
     ``events`` lists what each new signature did (compiled or loaded from the cache).
     """
 
-    def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name):
+    def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name,
+                 simplify=True):
         self._raw, self._proto, self.source = load_onnx(model, name)
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
@@ -71,6 +72,7 @@ class JitFunction:
         self.logs = None if logs is None else Path(logs)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.allow_other_target = allow_other_target
+        self.simplify = simplify
         self._modules: dict[tuple, Module] = {}
         self._lock = threading.Lock()
         self.events: list[JitEvent] = []
@@ -111,6 +113,7 @@ class JitFunction:
             "hardware_hash": self.hw.hardware_hash,
             "logs": content_hash(tdir) if tdir is not None else None,
             "allow_other_target": self.allow_other_target,
+            "simplify": SIMPLIFY_VERSION if self.simplify else None,
             "module_version": MODULE_VERSION, **versions(),
         }
         text = json.dumps(doc, sort_keys=True).encode()
@@ -146,7 +149,8 @@ class JitFunction:
         return mod
 
     def _compile(self, sig, lib: Path) -> Module:
-        model = import_model(self._model, dict(sig), name=self.source)
+        model = import_model(self._model, dict(sig), name=self.source,
+                             simplify=self.simplify)
         logs = self.logs if self.logs is not None and self.logs.exists() else None
         compiled = compile_model(model, self.hw, logs=logs,
                                  allow_other_target=self.allow_other_target)
@@ -167,7 +171,7 @@ class JitFunction:
 
 def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None = None,
         cache_dir: str | Path | None = None, allow_other_target: bool = False,
-        name: str | None = None) -> JitFunction:
+        name: str | None = None, simplify: bool = True) -> JitFunction:
     """A callable that compiles ``model`` from ``logs`` on first call per input shape.
 
     Parameters
@@ -185,10 +189,13 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
         Use logs whose manifest names another target (refused by default).
     name : str, optional
         What to call the model in messages.
+    simplify : bool
+        Simplify the graph before planning (default), as :func:`tvm_fusion.import_model`.
 
     Returns
     -------
     JitFunction
     """
     return JitFunction(model, target=target, logs=logs, cache_dir=cache_dir,
-                       allow_other_target=allow_other_target, name=name)
+                       allow_other_target=allow_other_target, name=name,
+                       simplify=simplify)

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -33,6 +34,11 @@ class ImportedModel:
     ``mod["main"]`` takes ``inputs`` in order and returns ``outputs`` in order (a tuple
     when there are several); weights are embedded as constants. ``onnx_model`` is the
     shape-fixed, folded ONNX model the module was converted from.
+
+    After graph simplification (``tvm_fusion.import_model`` does it by default),
+    ``simplified`` is its :class:`~tvm_fusion.simplify.SimplifyReport` and
+    ``unsimplified`` the model as converted, so that logs tuned on the unsimplified graph
+    can still be deployed; both are None for a model straight from the converter.
     """
 
     mod: tvm.IRModule
@@ -43,6 +49,8 @@ class ImportedModel:
     source: str
     consts: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Inputs fixed as constants at import (no longer inputs of ``mod``)."""
+    simplified: Any = None
+    unsimplified: ImportedModel | None = None
 
 
 def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None = None,

@@ -11,7 +11,7 @@ def cmd_export(args) -> int:
     from ..cli import _load_model
     from .bundle import export_bundle
 
-    models = [_load_model(m, args.shape) for m in args.models]
+    models = [_load_model(m, args.shape, simplify=not args.no_simplify) for m in args.models]
     out = export_bundle(models, args.target, args.output, candidates=args.candidates,
                         plans=tuple(args.plans.split(",")), seed=args.seed,
                         logs=args.logs)
@@ -66,6 +66,8 @@ def add_parser(sub) -> None:
     ex.add_argument("--logs", type=Path, default=None,
                     help="also build each model from these logs, timed beside the others")
     ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--no-simplify", action="store_true",
+                    help="keep each graph as converted (no graph simplification)")
     ex.set_defaults(func=cmd_export)
     im = osub.add_parser("import", help="write a bundle's verified timings as records")
     im.add_argument("bundle", type=Path, metavar="DIR")

@@ -1,0 +1,94 @@
+"""The simplification pipeline: TVM's passes and ours, in the order they enable each other."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .affine import AffineFolder
+from .block import count_ops, single_block
+from .casts import CastEliminator
+from .fold import fold_constants
+from .report import SimplifyReport
+from .transposes import TransposeSinker, transposed_elements
+
+
+def _cleanup(mod: tvm.IRModule) -> tvm.IRModule:
+    return tvm.transform.Sequential([
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+    ])(mod)
+
+
+def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = True,
+                    affine: bool = True, combine_matmul: bool = False,
+                    ) -> tuple[tvm.IRModule, SimplifyReport]:
+    """Simplify ``main`` of a Relax module; return the new module and what was done.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module with ``main`` (``ImportedModel.mod``); weights as constants.
+    transposes : bool
+        Sink and cancel transposes.
+    nhwc : bool
+        Let NCHW convs and pools whose input is NHWC data run in NHWC (with
+        ``transposes``).
+    affine : bool
+        Fold batch norms and constant per-channel Mul/Div/Add/Sub into convs and matmuls.
+    combine_matmul : bool
+        Merge matmuls that read the same input (Q/K/V) with TVM's CombineParallelMatmul.
+        Off by default: whether one wide matmul beats three depends on the target, and
+        the planner's cost model is not consulted here.
+
+    Returns
+    -------
+    (tvm.IRModule, SimplifyReport)
+        A module that computes the same outputs (bit-for-bit for removals and transposes,
+        within float rounding for folds) and the counts of each rewrite. A ``main``
+        with control flow (no single dataflow block) is returned unchanged.
+    """
+    ops_before = count_ops(mod)
+    counts: dict[str, int] = {"transposes_before": count_ops(mod, "relax.permute_dims")}
+    if single_block(mod["main"]) is None:
+        return mod, SimplifyReport(ops_before=ops_before, ops_after=ops_before,
+                                   transposes_after=counts["transposes_before"], **counts)
+    mod = _cleanup(mod)
+    counts["dead_ops"] = ops_before - count_ops(mod)
+    if affine:
+        n = count_ops(mod, "relax.nn.batch_norm")
+        mod = relax.transform.FoldBatchnormToConv2D()(mod)
+        counts["batch_norms_folded"] = n - count_ops(mod, "relax.nn.batch_norm")
+    # Batch norms left (after a conv bias, a matmul...) become constant Sub/Mul/Add chains
+    # the affine folder takes; legalization would decompose them anyway.
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = _cleanup(fold_constants(mod))
+
+    casts = CastEliminator(mod)
+    mod = _cleanup(casts.run())
+    counts["identity_casts"], counts["round_trip_casts"] = casts.identity, casts.round_trip
+
+    if transposes:
+        sinker = TransposeSinker(mod, nhwc=nhwc)
+        sunk = _cleanup(sinker.run())
+        if transposed_elements(sunk) <= transposed_elements(mod):
+            mod = sunk
+            counts["transpose_pairs"], counts["nhwc_ops"] = sinker.pairs, sinker.nhwc_ops
+
+    if affine:
+        folder = AffineFolder(mod)
+        mod = _cleanup(fold_constants(folder.run()))
+        counts["affine_ops_folded"], counts["affine_chains"] = folder.ops, len(folder.chains)
+
+    if combine_matmul:
+        n = count_ops(mod, "relax.matmul")
+        mod = _cleanup(relax.transform.FoldConstant()(
+            relax.transform.CombineParallelMatmul()(mod)))
+        counts["matmuls_combined"] = n - count_ops(mod, "relax.matmul")
+
+    n = count_ops(mod)
+    mod = _cleanup(relax.transform.EliminateCommonSubexpr()(mod))
+    counts["common_subexprs"] = n - count_ops(mod)
+    return mod, SimplifyReport(ops_before=ops_before, ops_after=count_ops(mod),
+                               transposes_after=count_ops(mod, "relax.permute_dims"),
+                               **counts)
