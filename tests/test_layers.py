@@ -23,8 +23,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # work-arounds that the GPU and cost-model stages below tune/ need as well.
     ("base", ("errors", "config", "version", "data", "resources", "targets", "zoo",
               "embedded", "tune.fast_import", "tune.ms_compat")),
-    # ONNX in, operator graph out; reference.py runs ONNX Runtime on the same inputs.
-    ("frontend, graph", ("frontend", "frontend.*", "graph", "graph.*", "reference")),
+    # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
+    ("frontend", ("frontend", "frontend.*", "reference")),
+    # Graph simplification of the imported module, before the operator graph exists.
+    ("simplify", ("simplify", "simplify.*")),
+    ("graph", ("graph", "graph.*")),
     ("plan", ("plan", "plan.*")),
     # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
     ("logs database", ("tune.logdb", "tune.logs", "logtools")),

@@ -45,9 +45,14 @@ def count_ops(mod: tvm.IRModule, name: str | None = None) -> int:
 
 
 def const_value(expr) -> np.ndarray | None:
-    """The array of a tensor constant, else None (also for scalar PrimValue constants)."""
-    if isinstance(expr, tvm.ir.Constant) and isinstance(expr.value, tvm.runtime.Tensor):
+    """The array of a tensor constant or of a typed scalar (``T.float32(1e-5)``), else None."""
+    if not isinstance(expr, tvm.ir.Constant):
+        return None
+    if isinstance(expr.value, tvm.runtime.Tensor):
         return expr.value.numpy()
+    dtype = getattr(getattr(expr, "ty", None), "dtype", None)
+    if isinstance(expr.value, (bool, int, float)) and dtype:
+        return np.array(expr.value, dtype=str(dtype))
     return None
 
 
