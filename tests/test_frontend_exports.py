@@ -161,3 +161,26 @@ def test_export_form_imports_and_matches_onnxruntime(case):
 def test_loop_that_may_stop_on_the_data_stays_a_loop_and_is_named():
     with pytest.raises(UnsupportedOpError, match=r"Loop: 1 node"):
         import_model(keras_rnn_loop(data_dependent_stop=True), {"x": (1, 5, 4)})
+
+
+def test_dynamically_quantized_model_names_ops_nodes_and_the_qdq_fix():
+    """onnxruntime's quantize_dynamic output (ddddocr's old recognizer): ConvInteger and
+    the contrib DynamicQuantizeLSTM, named with their domain and the way out."""
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="q"),
+        helper.make_node("ConvInteger", ["xq", "w", "xz"], ["ci"], name="Conv_0_quant"),
+        helper.make_node("DynamicQuantizeLSTM", ["ci"], ["y"], name="LSTM_quant",
+                         domain="com.microsoft"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[_c("w", np.ones((2, 1, 3, 3)), np.int8)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOpError) as info:
+        import_model(model)
+    text = str(info.value)
+    assert "ConvInteger: 1 node(s), e.g. 'Conv_0_quant'" in text
+    assert "com.microsoft.DynamicQuantizeLSTM: 1 node(s), e.g. 'LSTM_quant'" in text
+    assert "quantize_static with QuantFormat.QDQ" in text

@@ -23,25 +23,36 @@ from .shapes import TensorInfo
 
 # Handled inside the converter's node loop rather than through its converter map.
 _BUILTIN_OPS = frozenset({"If", "Constant"})
+# Integer ops that onnxruntime.quantization.quantize_dynamic writes (standard and contrib).
+_DYNAMIC_QUANT_OPS = frozenset({
+    "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeLSTM",
+    "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"})
 
 
 def check_supported(model: onnx.ModelProto, source: str) -> None:
     """Raise UnsupportedOpError listing every op type the converter lacks.
 
-    Nodes inside ``If`` branches are checked too: the converter walks them as well.
+    Nodes inside ``If`` branches are checked too: the converter walks them as well. Ops
+    outside the default domain are named with it (``com.microsoft.DynamicQuantizeLSTM``).
     """
     supported = set(onnx_frontend._get_convert_map()) | _BUILTIN_OPS  # noqa: SLF001
     missing: dict[str, list[str]] = {}
     for node in _all_nodes(model.graph):
         if node.op_type not in supported:
-            missing.setdefault(node.op_type, []).append(_node_label(node))
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            missing.setdefault(op, []).append(_node_label(node))
     if missing:
         rows = [f"  {op}: {len(names)} node(s), e.g. {names[0]!r}"
                 for op, names in sorted(missing.items())]
+        dynamic = sorted(op for op in missing if op.rpartition(".")[2] in _DYNAMIC_QUANT_OPS)
+        fix = (f"{', '.join(dynamic)} come from dynamic quantization (onnxruntime's "
+               "quantize_dynamic), which TVM cannot import: give the float model, or "
+               "quantize it statically in QDQ form (quantize_static with QuantFormat.QDQ: "
+               "QuantizeLinear/DequantizeLinear pairs, which TVM imports)." if dynamic else
+               "Re-export the model without them (e.g. a lower opset or decomposed ops).")
         raise UnsupportedOpError(
             f"{source} uses {len(missing)} operator type(s) that TVM's ONNX importer "
-            "cannot convert (after constant folding):\n" + "\n".join(rows)
-            + "\nRe-export the model without them (e.g. a lower opset or decomposed ops).")
+            "cannot convert (after constant folding):\n" + "\n".join(rows) + "\n" + fix)
 
 
 def convert(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
