@@ -14,6 +14,7 @@ Usage::
     python -m benchmarks.coverage                        # every model
     python -m benchmarks.coverage --models nudenet-320n,magika --skip compile:a100
     python -m benchmarks.coverage --list
+    python -m benchmarks.coverage --render               # COVERAGE.md from coverage.json
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="run the models in this process (debugging)")
     parser.add_argument("--list", action="store_true", help="list the corpus and exit")
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite --out from the results in --json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(STAGES[1:])}")
     from benchmarks.coverage_report import render
 
+    if args.render:
+        args.out.write_text(render(json.loads(args.json.read_text())["models"]))
+        return 0
     names = _select(args.models)
     results = {} if args.fresh or not args.json.is_file() else \
         json.loads(args.json.read_text()).get("models", {})
