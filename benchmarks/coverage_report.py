@@ -18,6 +18,8 @@ def _cell(stage: str, rec: dict | None) -> str:
     t = "" if secs is None else f" {secs:.1f} s"
     if status == "skipped":
         return "skipped"
+    if status == "blocked":
+        return "—"
     if status == "traceback":
         return f"**TRACEBACK**{t}"
     if status == "error":
@@ -35,7 +37,7 @@ def _verdict(result: dict) -> str:
     recs = [result["stages"].get(s) for s in STAGES]
     if any(r and r["status"] == "traceback" for r in recs):
         return "TRACEBACK"
-    if any(r is None or r["status"] in ("error", "wrong") for r in recs):
+    if any(r is None or r["status"] in ("error", "wrong", "blocked") for r in recs):
         return "fails"
     if any(r["status"] == "skipped" for r in recs):
         return "partial"
