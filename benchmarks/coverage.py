@@ -38,7 +38,9 @@ DEFAULT_TIMEOUT_S = 2400
 
 def _git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+        # --dirty: a row run with uncommitted changes says so.
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
+                              cwd=REPO, text=True,
                               capture_output=True, timeout=30).stdout.strip() or "?"
     except (OSError, subprocess.TimeoutExpired):
         return "?"

