@@ -113,3 +113,35 @@ def branchy() -> onnx.ModelProto:
         h.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other),
     ], [_vi("x", T.FLOAT, [1, 8]), _vi("sr", T.INT64, [])], [_vi("y", T.FLOAT, [1, 8])],
         [const("rate", 16000, np.int64)], opset=18)
+
+
+def recurrent(op="LSTM", *, seq=5, batch=2, inp=3, hidden=4, direction="forward", layout=0,
+              initial=True, peepholes=False, opset=14, seed=0, **attrs) -> onnx.ModelProto:
+    """One ONNX LSTM, GRU or RNN node with random constant weights and biases; X (and,
+    with ``initial``, the initial states) are inputs; every output is a model output."""
+    rng = np.random.default_rng(seed)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    inits = [const("W", rng.uniform(-0.5, 0.5, (dirs, gates * hidden, inp))),
+             const("R", rng.uniform(-0.5, 0.5, (dirs, gates * hidden, hidden))),
+             const("B", rng.uniform(-0.5, 0.5, (dirs, 2 * gates * hidden)))]
+    x_shape = [batch, seq, inp] if layout else [seq, batch, inp]
+    s_shape = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    y_shape = [batch, seq, dirs, hidden] if layout else [seq, dirs, batch, hidden]
+    inputs = [_vi("X", T.FLOAT, x_shape)]
+    names = ["X", "W", "R", "B", ""]
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    if initial:
+        names += states
+        inputs += [_vi(s, T.FLOAT, s_shape) for s in states]
+    if peepholes:
+        names += [""] * (7 - len(names)) + ["P"]
+        inits.append(const("P", rng.uniform(-0.5, 0.5, (dirs, 3 * hidden))))
+    outs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    if opset >= 14:
+        attrs["layout"] = layout
+    node = h.make_node(op, names, outs, name=f"{op.lower()}0", hidden_size=hidden,
+                       direction=direction, **attrs)
+    return make(f"{op.lower()}_case", [node], inputs,
+                [_vi("Y", T.FLOAT, y_shape)] + [_vi(o, T.FLOAT, s_shape) for o in outs[1:]],
+                inits, opset=opset)

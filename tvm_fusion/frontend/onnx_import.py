@@ -20,6 +20,7 @@ from tvm_fusion.errors import ModelImportError
 from .consts import apply_consts
 from .convert import check_supported, convert, struct_tensor_infos
 from .fold import fix_input_shapes, fold_constants
+from .rnn import expand_recurrent
 from .rewrite import rewritten_for_import
 from .unroll import unroll_loops
 from .shapes import TensorInfo, graph_inputs, onnx_dtype_name, resolve_shapes
@@ -91,6 +92,9 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
     dtypes = {i.name: _input_dtype(i, source) for i in inputs}
     fixed = resolve_shapes(inputs, shapes, source)
     folded = unroll_loops(fold_constants(fix_input_shapes(proto, fixed)), fold_constants)
+    unrolled = expand_recurrent(folded, source)  # LSTM/GRU/RNN: TVM has no converter
+    if unrolled is not folded:
+        folded = fold_constants(unrolled)
     check_supported(folded, source)
     with rewritten_for_import(folded) as for_importer:
         mod = convert(for_importer, fixed, dtypes, source)
