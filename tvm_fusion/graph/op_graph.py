@@ -147,13 +147,15 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _dims(ty) -> tuple[int, ...]:
     """Static dims of a tensor type; -1 for a dim known only at run time."""
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+    if not isinstance(ty, relax.TensorType):
         return ()
+    if ty.shape is None:  # rank known, sizes only at run time (a runtime call's result)
+        return (-1,) * max(int(ty.ndim), 0)
     return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else -1 for d in ty.shape.values)
 
 
 def _tensor_bytes(ty) -> int:
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+    if not isinstance(ty, relax.TensorType):
         return 0
     dims = [max(d, 1) for d in _dims(ty)]
     return int(np.prod(dims, dtype=np.int64)) * tvm.DataType(ty.dtype).bits // 8
