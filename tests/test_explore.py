@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 import tvm_fusion as tf  # noqa: E402
 from tvm_fusion.embedded import build_embedded_model  # noqa: E402
 from tvm_fusion.errors import LogError, PlanError  # noqa: E402
-from tvm_fusion.explore import compare_targets, draw_plan, open_logs  # noqa: E402
+from tvm_fusion.explore import (comparison_html, compare_targets, draw_plan,  # noqa: E402
+                                open_logs, plan_html)
 from tvm_fusion.explore.tuning import (kernel_results, plot_roofline,  # noqa: E402
                                        plot_tuning_curves, read_records, tuning_curve)
 from tvm_fusion.plan import FusionPlan  # noqa: E402
@@ -33,7 +34,7 @@ def graph(model):
 
 def test_plan_html_draws_every_op_and_lists_kernels_and_rejections(graph):
     plan = tf.plan_fusion(graph, "a100")
-    html = plan._repr_html_()
+    html = plan_html(plan)
     assert "<svg" in html
     for g in plan.groups:
         assert g.name in html
@@ -53,12 +54,12 @@ def test_edges_survive_json_so_a_stored_plan_still_draws(graph, tmp_path):
     plan.save(tmp_path / "p.json")
     back = FusionPlan.load(tmp_path / "p.json")
     assert back.edges == plan.edges and back.hash == plan.hash
-    assert "<svg" in back._repr_html_()
+    assert "<svg" in plan_html(back)
     # A plan written before edges were stored still renders its tables.
     doc = json.loads((tmp_path / "p.json").read_text())
     del doc["edges"]
     old = FusionPlan.from_json(doc)
-    assert "graph not drawn" in old._repr_html_()
+    assert "graph not drawn" in plan_html(old)
     with pytest.raises(PlanError, match="no graph edges"):
         draw_plan(old)
 
@@ -75,7 +76,26 @@ def test_compare_names_the_kernels_fuseops_splits(graph):
     text = str(cmp)
     assert len(text.splitlines()) == 1 + len(cmp.only_a)
     assert "softmax#21" in text and "a100/fuseops" in text
-    assert "softmax#21" in cmp._repr_html_()
+    assert "softmax#21" in comparison_html(cmp)
+
+
+def test_jupyter_shows_plans_comparisons_and_cost_models_as_html(graph):
+    # The core objects have no HTML of their own; importing explore registers its views.
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tvm_fusion import explore
+
+    shell = InteractiveShell.instance()
+    explore._register_html_views()
+    cost = tf.plan_fusion(graph, "a100")
+    shown = shell.display_formatter.format(cost)[0]
+    assert shown["text/html"] == plan_html(cost) and "<svg" in shown["text/html"]
+    cmp = cost.compare(tf.plan_fusion(graph, "a100", planner="fuseops"))
+    assert shell.display_formatter.format(cmp)[0]["text/html"] == comparison_html(cmp)
+    from tvm_fusion.costmodel import RankModel
+
+    html = shell.display_formatter.formatters["text/html"]
+    assert html.lookup_by_type(RankModel) is explore.cost_model_html
 
 
 def test_compare_refuses_plans_of_different_graphs(graph):

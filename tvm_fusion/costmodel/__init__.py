@@ -13,7 +13,8 @@ _EXPORTS = {
     "Dataset": "dataset", "load_dataset": "dataset",
     "FEATURE_VERSION": "features", "FeatureBuilder": "features", "feature_names": "features",
     "CostModelError": "model", "RankModel": "model", "format_metrics": "model",
-    "load_model": "model", "ranking_metrics": "model", "split_holdout": "model",
+    "load_model": "model", "rank_correlation": "model", "ranking_metrics": "model",
+    "split_holdout": "model",
     "split_within": "model", "train_model": "model", "PretrainedCostModel": "ms_model",
 }
 __all__ = [*_EXPORTS, "make_cost_model"]

@@ -161,6 +161,29 @@ def ranking_metrics(scores: np.ndarray, latency_s: np.ndarray, workload: np.ndar
     return out
 
 
+def ranks_in_unit(x: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties broken by order; fine for a picture and for rho)."""
+    r = np.empty(len(x))
+    r[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return r / max(len(x) - 1, 1)
+
+
+def rank_correlation(scores: np.ndarray, latency_s: np.ndarray, workload: np.ndarray
+                     ) -> float:
+    """Mean over workloads (2+ candidates) of Spearman's rho of score vs throughput."""
+    rhos, sizes = [], []
+    for key in np.unique(workload):
+        m = workload == key
+        if m.sum() < 3:
+            continue
+        a, b = ranks_in_unit(scores[m]), ranks_in_unit(-latency_s[m])
+        if a.std() == 0 or b.std() == 0:
+            continue
+        rhos.append(float(np.corrcoef(a, b)[0, 1]))
+        sizes.append(int(m.sum()))
+    return float(np.average(rhos, weights=sizes)) if rhos else float("nan")
+
+
 def format_metrics(m: dict[str, Any]) -> str:
     """The metrics as a few lines of text."""
     if m.get("definition") != METRICS_DEFINITION:  # a sidecar written before 2026-11-30
@@ -199,11 +222,6 @@ class RankModel:
     def evaluate(self, data: Dataset) -> dict[str, Any]:
         """:func:`ranking_metrics` of this model on ``data``."""
         return ranking_metrics(self.predict(data), data.latency_s, data.workload)
-
-    def _repr_html_(self) -> str:
-        from ..explore.cost_view import cost_model_html
-
-        return cost_model_html(self)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the booster (``.json`` or ``.ubj``, by suffix) and ``PATH.meta.json``."""

@@ -4,31 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costmodel.model import METRICS_DEFINITION
+from ..costmodel.model import METRICS_DEFINITION, rank_correlation, ranks_in_unit
 from .plan_view import _esc, _table
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks scaled to [0, 1] (ties broken by order; fine for a picture and for rho)."""
-    r = np.empty(len(x))
-    r[np.argsort(x, kind="stable")] = np.arange(len(x))
-    return r / max(len(x) - 1, 1)
-
-
-def rank_correlation(scores: np.ndarray, latency_s: np.ndarray, workload: np.ndarray
-                     ) -> float:
-    """Mean over workloads (2+ candidates) of Spearman's rho of score vs throughput."""
-    rhos, sizes = [], []
-    for key in np.unique(workload):
-        m = workload == key
-        if m.sum() < 3:
-            continue
-        a, b = _ranks(scores[m]), _ranks(-latency_s[m])
-        if a.std() == 0 or b.std() == 0:
-            continue
-        rhos.append(float(np.corrcoef(a, b)[0, 1]))
-        sizes.append(int(m.sum()))
-    return float(np.average(rhos, weights=sizes)) if rhos else float("nan")
 
 
 def plot_predicted_vs_measured(model, data, ax=None, *, title: str = ""):
@@ -55,7 +32,7 @@ def plot_predicted_vs_measured(model, data, ax=None, *, title: str = ""):
         m = wl == key
         if m.sum() < 2:
             continue
-        xs.extend(_ranks(scores[m]).tolist())
+        xs.extend(ranks_in_unit(scores[m]).tolist())
         ys.extend((lat[m].min() / lat[m]).tolist())
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 4.5))

@@ -1,10 +1,11 @@
 """Notebook views of fusion plans: the grouped graph drawn, tables, comparisons.
 
-``FusionPlan._repr_html_`` and ``FusionPlan.compare`` land here, so a plan shows itself
-in Jupyter: the operator graph with each kernel's operators in one colour (edges that
-stay on chip drawn thick in that colour, edges through DRAM thin and grey), a table of
-kernels with predicted time and bytes kept on chip, and every rejected merge with its
-reason and numbers.
+``plan_html`` and ``comparison_html`` are what Jupyter shows for a plan and for
+``FusionPlan.compare`` (``tvm_fusion.explore`` registers them with IPython): the
+operator graph with each kernel's operators in one colour (edges that stay on chip
+drawn thick in that colour, edges through DRAM thin and grey), a table of kernels with
+predicted time and bytes kept on chip, and every rejected merge with its reason and
+numbers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from .. import errors
 from ..plan import plan_fusion
+from ..plan.compare import kernel_ops as _ops
 
 # A graph wider than this many layers wraps onto a new row of the drawing.
 LAYERS_PER_ROW = 32
@@ -253,74 +255,27 @@ def plan_html(plan) -> str:
     return "\n".join(parts)
 
 
-def _ops(g) -> str:
-    return "[" + ", ".join(g.ops or map(str, g.nodes)) + "]"
+def comparison_html(cmp) -> str:
+    """A :class:`~tvm_fusion.plan.PlanComparison` as tables: both plans, then each kernel
+    only the first has beside the kernels the second splits it into."""
+    a, b = cmp.a, cmp.b
+    name = cmp.plan_name
+    head = _table(["plan", "kernels", "predicted us", "kept on chip"],
+                  [[name(p), len(p.groups), f"{p.est_us:.1f}",
+                    _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups))]
+                   for p in (a, b)], align_right=(1, 2, 3))
+    if cmp.same:
+        return head + "<div>same partition</div>"
+    where = b.group_of()
+    rows = []
+    for g in cmp.only_a:
+        parts = [b.groups[p] for p in sorted({where[n] for n in g.nodes if n in where})]
+        rows.append([_ops(g), f"{g.est_us:.2f}", " + ".join(_ops(p) for p in parts),
+                     f"{sum(p.est_us for p in parts):.2f}", g.decided_by])
+    return head + _table([f"{name(a)} kernel", "us", f"{name(b)} kernels",
+                          "us", f"decided by ({name(a)})"], rows,
+                         align_right=(1, 3))
 
-
-@dataclass(frozen=True, kw_only=True)
-class PlanComparison:
-    """Two plans of one graph side by side (from :meth:`FusionPlan.compare`).
-
-    Attributes
-    ----------
-    a, b : FusionPlan
-    only_a, only_b : tuple of FusedGroup
-        Kernels one plan has and the other splits or merges differently.
-    """
-
-    a: object
-    b: object
-    only_a: tuple
-    only_b: tuple
-
-    @classmethod
-    def of(cls, a, b) -> "PlanComparison":
-        if a.graph_signature != b.graph_signature:
-            raise errors.PlanError(
-                f"the plans are for different graphs ({a.graph_signature} vs "
-                f"{b.graph_signature}): compare plans of the same model and input shapes")
-        sa, sb = ({frozenset(g.nodes) for g in p.groups} for p in (a, b))
-        return cls(a=a, b=b, only_a=tuple(g for g in a.groups if frozenset(g.nodes) not in sb),
-                   only_b=tuple(g for g in b.groups if frozenset(g.nodes) not in sa))
-
-    @staticmethod
-    def _name(p) -> str:
-        return f"{p.target}/{p.planner}"
-
-    @property
-    def same(self) -> bool:
-        return not self.only_a and not self.only_b
-
-    def __str__(self) -> str:
-        a, b = self.a, self.b
-        lines = [f"{self._name(a)}: {len(a.groups)} kernels, {a.est_us:.1f} us predicted; "
-                 f"{self._name(b)}: {len(b.groups)} kernels, {b.est_us:.1f} us predicted"]
-        if self.same:
-            return lines[0] + "\nsame partition"
-        where = b.group_of()
-        for g in self.only_a:
-            parts = sorted({where[n] for n in g.nodes if n in where})
-            lines.append(f"{self._name(a)} {_ops(g)} {g.est_us:.2f} us  <->  "
-                         f"{self._name(b)} " + " + ".join(_ops(b.groups[p]) for p in parts))
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        a, b = self.a, self.b
-        head = _table(["plan", "kernels", "predicted us", "kept on chip"],
-                      [[self._name(p), len(p.groups), f"{p.est_us:.1f}",
-                        _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups))]
-                       for p in (a, b)], align_right=(1, 2, 3))
-        if self.same:
-            return head + "<div>same partition</div>"
-        where = b.group_of()
-        rows = []
-        for g in self.only_a:
-            parts = [b.groups[p] for p in sorted({where[n] for n in g.nodes if n in where})]
-            rows.append([_ops(g), f"{g.est_us:.2f}", " + ".join(_ops(p) for p in parts),
-                         f"{sum(p.est_us for p in parts):.2f}", g.decided_by])
-        return head + _table([f"{self._name(a)} kernel", "us", f"{self._name(b)} kernels",
-                              "us", f"decided by ({self._name(a)})"], rows,
-                             align_right=(1, 3))
 
 
 @dataclass(frozen=True, kw_only=True)

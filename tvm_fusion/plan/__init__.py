@@ -9,6 +9,7 @@ from ..graph import OpGraph
 from ..targets import HardwareTarget, as_target
 from .apply import apply_plan, check_plan
 from .baseline import plan_from_groups, plan_fuseops
+from .compare import PlanComparison
 from .cost import AnalyticalCostModel, GroupCost
 from .cost_planner import describe_plan, plan_cost
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
@@ -51,5 +52,5 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     return make_plan(graph, as_target(target), planner)
 
 __all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "PLANNERS",
-           "RejectedMerge", "apply_plan", "check_plan", "describe_plan", "make_plan", "plan_cost",
-           "plan_fusion", "plan_from_groups", "plan_fuseops"]
+           "PlanComparison", "RejectedMerge", "apply_plan", "check_plan", "describe_plan",
+           "make_plan", "plan_cost", "plan_fusion", "plan_from_groups", "plan_fuseops"]

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import PlanError
+from .compare import PlanComparison
 
 PLAN_SCHEMA = "tvm-fusion/plan"
 PLAN_VERSION = 1
@@ -218,17 +219,10 @@ class FusionPlan:
     def compare(self, other: "FusionPlan"):
         """Side by side with ``other`` (same graph): kernels only one of them has.
 
-        Returns a :class:`~tvm_fusion.explore.PlanComparison`; it prints as text and
-        renders as a table in a notebook.
+        Returns a :class:`~tvm_fusion.plan.PlanComparison`; it prints as text and
+        renders as a table in a notebook (``tvm_fusion.explore.comparison_html``).
         """
-        from ..explore.plan_view import PlanComparison
-
         return PlanComparison.of(self, other)
-
-    def _repr_html_(self) -> str:
-        from ..explore.plan_view import plan_html
-
-        return plan_html(self)
 
     def differences(self, other: "FusionPlan") -> list[str]:
         """Kernels of this plan that ``other`` does not have, and how ``other`` splits them.
