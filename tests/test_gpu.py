@@ -22,7 +22,8 @@ from tvm_fusion.gpu import (GpuLimits, build_cuda_kernels, check_kernel, check_s
 from tvm_fusion.gpu.cuda import find_cuobjdump
 from tvm_fusion.gpu.precision import apply_precision
 from tvm_fusion.gpu.rocm import rocm_support
-from tvm_fusion.gpu.tir_check import check_launch, device_kernels, schedule_and_check
+from tvm_fusion.gpu import schedule_and_check
+from tvm_fusion.gpu.tir_check import check_launch, device_kernels
 from tvm_fusion.plan import AnalyticalCostModel, make_plan
 from tvm_fusion.plan.cost import GPU_REGISTER_TOLERANCE
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
 from tvm_fusion.gpu import find_nvcc
-from tvm_fusion.gpu.cuda import default_gpu_schedule
+from tvm_fusion.gpu.schedule import default_gpu_schedule
 from tvm_fusion.gpu.tir_check import check_scheduled
 
 

@@ -5,6 +5,10 @@ Every ``import`` and ``from ... import`` in every module of ``tvm_fusion`` count
 function-local and ``TYPE_CHECKING`` ones too: a cycle that only a deferred import keeps
 from crashing is still a cycle. ``from pkg import sub`` counts as an import of the
 submodule ``pkg.sub``; ``from pkg import name`` of anything else as one of ``pkg``.
+Importing ``pkg.sub`` runs ``pkg/__init__.py`` first, so for the layer order a module
+also imports its package (not the root ``tvm_fusion``, whose ``__init__`` is the public
+API above everything); a package ``__init__`` that eagerly imports a higher stage
+would drag it under every module it holds.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tvm_fusion"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
     # specs, shipped data, model sources. tune.fast_import and tune.ms_compat are TVM
-    # work-arounds that the GPU and cost-model stages below tune/ need as well.
+    # work-arounds that the GPU and cost-model stages below tune/ need as well; "tune"
+    # is tune/__init__.py, which imports its names on first use (nothing when loaded).
     ("base", ("errors", "config", "version", "data", "resources", "targets", "zoo",
-              "embedded", "tune.fast_import", "tune.ms_compat")),
+              "embedded", "tune.fast_import", "tune.ms_compat", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists.
@@ -32,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
     ("logs database", ("tune.logdb", "tune.logs", "logtools")),
     ("gpu building blocks, costmodel", ("gpu", "gpu.*", "costmodel", "costmodel.*")),
-    ("tune", ("tune", "tune.*")),
+    ("tune", ("tune.*",)),
     ("deploy", ("deploy", "deploy.*")),
     ("offline, explore", ("offline", "offline.*", "explore", "explore.*")),
     # What a user starts: the public API, the command lines, the demo.
@@ -47,9 +52,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 # here, and an entry whose import is gone fails the test, so the list only shrinks.
 KNOWN: set[tuple[str, str]] = {
     ("costmodel.dataset", "costmodel.model"),
-    ("gpu.limits", "gpu.cuda"),
-    ("gpu.limits", "gpu.tir_check"),
-    ("gpu.tir_check", "gpu.cuda"),
     ("logtools", "costmodel.search"),
     ("offline.cli", "cli"),
 }
@@ -153,12 +155,16 @@ def test_every_module_has_a_layer():
 
 
 def _where(mods, edges, a, b) -> str:
-    return f"{mods[a][0].relative_to(PACKAGE.parent)}:{edges[a][b]}"
+    line = edges[a][b] or "(its package's __init__.py runs first)"
+    return f"{mods[a][0].relative_to(PACKAGE.parent)}:{line}"
 
 
 def test_no_lower_layer_imports_a_higher_one():
     mods = _modules()
     edges = _imports(mods)
+    for mod in mods:  # the package __init__ that importing mod runs first
+        if "." in mod:
+            edges[mod].setdefault(mod.rpartition(".")[0], 0)
     found = {(a, b) for a in edges for b in edges[a] if _layer_of(b) > _layer_of(a)}
     lines = [f"{_where(mods, edges, a, b)}: {_name(a)} (layer {LAYERS[_layer_of(a)][0]!r}) "
              f"imports {_name(b)} (layer {LAYERS[_layer_of(b)][0]!r}, higher)"
@@ -202,7 +208,7 @@ def test_the_checker_sees_what_it_must():
     edges = _imports(_modules())
     assert "deploy.build" in edges["deploy.jit"]          # from .build import ...
     assert "graph" in edges["plan.cost"]                  # from ..graph import OpGraph
-    assert "tune.driver" in edges["tune"]                 # package __init__
+    assert "plan.apply" in edges["plan"]                  # package __init__
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []

@@ -84,7 +84,7 @@ def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | No
 
     try:
         if hw.family in ("cuda", "rocm"):
-            from ..gpu.limits import check_schedule
+            from ..gpu.check import check_schedule
 
             bad = check_schedule(mod["main"], hw)
             return "; ".join(bad) if bad else None

@@ -24,6 +24,9 @@ from tvm import relax
 
 from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
+from ..gpu.limits import raise_on_violations
+from ..gpu.schedule import default_schedule
+from ..gpu.tir_check import check_scheduled
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan, make_plan
 from ..targets import HardwareTarget, as_target
@@ -242,11 +245,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         funcs = _prim_funcs(mod)
         untuned = tuple(sorted(n for n, f in funcs.items()
                                if not f.attrs or not f.attrs.get("tirx.is_scheduled", False)))
-        if hw.family != "cpu":  # GPU kernels need bound threads: dlight's default rules
-            from ..gpu.cuda import default_gpu_schedule
-            from ..gpu.tir_check import check_scheduled, raise_on_violations
-
-            mod = default_gpu_schedule(mod, tvm_target, hw)
+        mod = default_schedule(mod, tvm_target, hw)  # the kernels without a record
+        if hw.family != "cpu":
             try:
                 raise_on_violations(check_scheduled(mod, hw))
             except LoweringError as e:

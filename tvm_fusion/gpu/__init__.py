@@ -7,7 +7,7 @@ No GPU is needed for any of it::
     for k in kernels:
         print(k.name, k.registers, k.shared_bytes)   # per thread / per block, from ptxas
     # MI250X: this TVM cannot build ROCm code; the scheduled TIR is checked instead
-    from tvm_fusion.gpu.tir_check import schedule_and_check
+    from tvm_fusion.gpu import schedule_and_check
     mod, violations = schedule_and_check(model, "mi250x")
 
 ``check_schedule`` / ``resource_check_postproc`` reject an over-limit schedule before it
@@ -15,13 +15,15 @@ is measured; ``precision.apply_precision(model, "fp16")`` is ``--precision fp16`
 ``sample.predict_best`` picks a schedule by a cost model's prediction alone.
 """
 
-from .cuda import (CudaKernel, GpuToolchainError, KernelResources, build_cuda_kernels,
-                   cuda_source, default_gpu_schedule, find_nvcc, nvcc_compile,
-                   parse_ptxas_report, sass)
-from .limits import (GpuLimits, ResourceLimitError, check_kernel, check_schedule,
-                     raise_on_violations, resource_check_postproc)
+from .check import check_schedule, resource_check_postproc
+from .cuda import (CudaKernel, GpuToolchainError, KernelResources, cuda_source, find_nvcc,
+                   nvcc_compile, parse_ptxas_report, sass)
+from .limits import GpuLimits, ResourceLimitError, check_kernel, raise_on_violations
+from .pipeline import build_cuda_kernels, schedule_and_check
+from .schedule import default_gpu_schedule, default_schedule
 
 __all__ = ["CudaKernel", "GpuLimits", "GpuToolchainError", "KernelResources",
            "ResourceLimitError", "build_cuda_kernels", "check_kernel", "check_schedule",
-           "cuda_source", "default_gpu_schedule", "find_nvcc", "nvcc_compile",
-           "parse_ptxas_report", "raise_on_violations", "resource_check_postproc", "sass"]
+           "cuda_source", "default_gpu_schedule", "default_schedule", "find_nvcc",
+           "nvcc_compile", "parse_ptxas_report", "raise_on_violations",
+           "resource_check_postproc", "sass", "schedule_and_check"]

@@ -1,16 +1,10 @@
-"""CUDA kernels of a fused model, compiled by nvcc here, with their resource use read back.
+"""CUDA building blocks: TVM's CUDA C for a kernel, nvcc, and ptxas' resource report.
 
-The flow for one target (``a100`` = sm_80, ``h100``/``h200`` = sm_90):
-
-1. plan the model and apply the plan (one PrimFunc per fused group);
-2. give every PrimFunc a GPU schedule: its best tuning record when a database is given,
-   else dlight's default rules (Matmul, GEMV, Reduction, GeneralReduction, Fallback; the
-   Matmul rule takes the tensor-core path for fp16 GEMMs on sm_70+);
-3. generate CUDA C with TVM (``tvm.tirx.build`` for target ``cuda``);
-4. compile the source with ``nvcc -cubin -arch=sm_XX -Xptxas -v`` and parse ptxas'
-   report: registers per thread, static shared memory per block, spill stores/loads,
-   stack frame, for each ``__global__`` entry;
-5. check each entry against the target's limits (:mod:`tvm_fusion.gpu.limits`).
+``cuda_source`` generates CUDA C with TVM (``tvm.tirx.build`` for target ``cuda``);
+``nvcc_compile`` compiles it with ``nvcc -cubin -arch=sm_XX -Xptxas -v`` and parses
+ptxas' report: registers per thread, static shared memory per block, spill
+stores/loads, stack frame, for each ``__global__`` entry. ``gpu/pipeline.py`` runs them
+over a whole model.
 
 Nothing here needs a GPU: only nvcc (``$TVM_FUSION_NVCC`` or ``nvcc`` on ``PATH``, else
 ``/usr/local/cuda/bin/nvcc``).
@@ -23,7 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
@@ -250,61 +244,7 @@ def sass(cubin: bytes) -> str:
     return res.stdout
 
 
-# ---- TVM: schedule and generate ------------------------------------------------------
-
-def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
-                         ) -> tvm.IRModule:
-    """Apply dlight's default GPU rules to every unscheduled PrimFunc of ``mod``.
-
-    The rules are tried in dlight's order (Matmul, GEMV, Reduction, GeneralReduction,
-    Fallback), the first that schedules a kernel wins. Unlike
-    ``dlight.ApplyDefaultSchedule``, a rule that crashes on a fused kernel (the Matmul
-    rule asserts on some fp16 conv epilogues it cannot inline) is skipped for that
-    kernel and the next rule is tried, instead of failing the whole build. Given ``hw``
-    (a HardwareTarget), a schedule that breaks its limits (dlight binds 3 x 16 threads
-    to a 1 x 3 matmul output: a partial warp) or does not lower is passed over for the
-    next rule's too; when every rule's is, the first one is kept and the caller's check
-    names the kernel.
-    """
-    from tvm.s_tir import dlight as dl
-
-    if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
-        from ..tune.fast_import import import_tensor_intrinsics
-
-        import_tensor_intrinsics()
-    from .tir_check import check_func
-
-    rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-             dl.gpu.Fallback())
-    updated = {}
-    with target:
-        for gv, func in mod.functions.items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
-                continue
-            first = None
-            for rule in rules:
-                try:
-                    sch = rule.apply(func, target, False)
-                except Exception:  # noqa: BLE001  (dlight rules assert: try the next)
-                    continue
-                if sch is None:
-                    continue
-                sch = sch[0] if isinstance(sch, (list, tuple)) else sch
-                scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                first = first or scheduled
-                # dlight's Matmul rule leaves a padded reindex buffer undefined in some
-                # fused transformer matmuls: such a schedule does not lower.
-                if hw is None or not check_func(scheduled, gv.name_hint, target, hw):
-                    updated[gv] = scheduled
-                    break
-            if gv not in updated and first is not None:
-                updated[gv] = first
-    if not updated:
-        return mod
-    funcs = dict(mod.functions.items())
-    funcs.update(updated)
-    return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
-
+# ---- TVM: generate -------------------------------------------------------------------
 
 def cuda_source(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str) -> str:
     """CUDA C of one scheduled PrimFunc, as TVM generates it for ``target``."""
@@ -316,100 +256,3 @@ def cuda_source(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str) -
             return m.inspect_source()
     raise GpuToolchainError(f"TVM built {name} for {target.kind.name} but produced no "
                             f"CUDA module (got {[m.kind for m in mods]})")
-
-
-def _is_scheduled(func) -> bool:
-    return bool(func.attrs and func.attrs.get("tirx.is_scheduled", False))
-
-
-def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
-                     database=None) -> tuple[tvm.IRModule, dict[str, str]]:
-    """Schedule every PrimFunc of a fused module for a GPU target.
-
-    Parameters
-    ----------
-    mod : tvm.IRModule
-        From :func:`tvm_fusion.apply_plan`.
-    target : tvm.target.Target
-    database : meta_schedule Database, optional
-        Tuning records: a PrimFunc with a record takes it.
-
-    Returns
-    -------
-    (tvm.IRModule, dict)
-        The scheduled module and, per PrimFunc name, where its schedule came from
-        (``record`` or ``dlight``).
-    """
-    from tvm import relax
-
-    with target, tvm.transform.PassContext(opt_level=3):
-        if database is not None:
-            with database:
-                mod = relax.transform.MetaScheduleApplyDatabase()(mod)
-    origin = {gv.name_hint: "record" if _is_scheduled(f) else "dlight"
-              for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
-    return default_gpu_schedule(mod, target), origin
-
-
-def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
-                       workdir: str | Path | None = None, check: bool = True
-                       ) -> tuple[CudaKernel, ...]:
-    """Plan, schedule, generate and nvcc-compile every kernel of ``model`` for a CUDA target.
-
-    Parameters
-    ----------
-    model : ImportedModel
-    target : str or HardwareTarget
-        A ``cuda``-family target (``a100``, ``h100``, ``h200``).
-    plan : FusionPlan, optional
-        Default: a fresh cost plan for ``target``.
-    database : meta_schedule Database, optional
-        Tuning records to apply before the default schedules.
-    workdir : path, optional
-        Keep every ``.cu`` and ``.cubin`` there.
-    check : bool
-        Check every kernel against the target's limits, first in TIR (threads, shared
-        memory, vector widths: a kernel failing those is not given to nvcc and has no
-        entries), then from ptxas' report; violations are recorded on each
-        :class:`CudaKernel` (use :func:`~tvm_fusion.gpu.limits.raise_on_violations`).
-
-    Returns
-    -------
-    tuple of CudaKernel
-        One per PrimFunc of the fused module, sorted by name.
-    """
-    from ..graph import build_graph
-    from ..plan import apply_plan, make_plan
-    from ..targets import as_target
-    from .limits import GpuLimits, check_kernel
-    from .tir_check import check_launch, device_kernels
-
-    hw = as_target(target)
-    if hw.family != "cuda":
-        raise GpuToolchainError(f"build_cuda_kernels needs a cuda-family target, got "
-                                f"{hw.name!r} ({hw.family}); CUDA targets: a100, h100, h200")
-    tvm_target = hw.tvm_target()
-    arch = str(tvm_target.attrs["arch"])
-    graph = build_graph(model.mod)
-    plan = plan or make_plan(graph, hw)
-    mod, origin = schedule_kernels(apply_plan(graph, plan), tvm_target, database=database)
-    limits = GpuLimits.from_target(hw)
-    out = []
-    for gv, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
-        if not isinstance(func, tvm.tirx.PrimFunc):
-            continue
-        name = gv.name_hint
-        launches = device_kernels(func, tvm_target, name)
-        tir_bad = tuple(v for k in launches for v in check_launch(k, hw))
-        src = cuda_source(func, tvm_target, name)
-        if tir_bad and check:  # e.g. > 48 KB static shared: nvcc would refuse it anyway
-            out.append(CudaKernel(name=name, schedule=origin.get(name, "dlight"), source=src,
-                                  entries=(), violations=tir_bad))
-            continue
-        entries, _ = nvcc_compile(src, arch, workdir=workdir, name=name)
-        dyn = {k.name: k.dynamic_shared_bytes for k in launches}
-        entries = tuple(replace(e, dynamic_shared_bytes=dyn.get(e.entry, 0)) for e in entries)
-        bad = tuple(v for e in entries for v in check_kernel(e, limits)) if check else ()
-        out.append(CudaKernel(name=name, schedule=origin.get(name, "dlight"), source=src,
-                              entries=entries, violations=bad))
-    return tuple(out)

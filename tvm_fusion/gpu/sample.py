@@ -3,7 +3,7 @@
 What a search does before it measures: generate the design space (post-order-apply with
 the target's schedule rules), draw random decisions for each sketch, run the
 postprocessors (MetaSchedule's own, which include ``VerifyGPUCode``, plus any extra,
-e.g. :func:`~tvm_fusion.gpu.limits.resource_check_postproc`). A candidate that a
+e.g. :func:`~tvm_fusion.gpu.check.resource_check_postproc`). A candidate that a
 postprocessor rejects never reaches a builder. Used by the tests and usable for
 cost-model-only picking on machines without the GPU.
 """

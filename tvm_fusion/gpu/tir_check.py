@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import tvm
 
 from ..errors import LoweringError, TvmFusionError
-from .limits import ResourceLimitError
 
 _VECTOR_LANES = (1, 2, 3, 4, 8, 16)  # 3: dwordx3 / float3 accesses exist on both
 _SHARED_SCOPES = ("shared", "shared.dyn")
@@ -229,31 +228,3 @@ def check_func(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target, hw
         return [f"kernel {name} on {hw.name}: its schedule does not lower ({last[:300]}); "
                 "tune it or report the schedule that produced it"]
     return [v for k in kernels for v in check_launch(k, hw, shared_limit=shared_limit)]
-
-
-def schedule_and_check(model, target="mi250x", *, plan=None) -> tuple[tvm.IRModule, dict]:
-    """Plan ``model`` for a GPU target, give every kernel dlight's default schedule, and
-    check the scheduled TIR. No code generator is needed (works for rocm here).
-
-    Returns
-    -------
-    (tvm.IRModule, dict)
-        The scheduled module and :func:`check_scheduled`'s result.
-    """
-    from ..graph import build_graph
-    from ..plan import apply_plan, make_plan
-    from ..targets import as_target
-    from .cuda import default_gpu_schedule
-
-    hw = as_target(target)
-    graph = build_graph(model.mod)
-    mod = default_gpu_schedule(apply_plan(graph, plan or make_plan(graph, hw)), hw.tvm_target())
-    return mod, check_scheduled(mod, hw)
-
-
-def raise_on_violations(result: dict) -> None:
-    """Raise :class:`ResourceLimitError` when :func:`check_scheduled` found any violation."""
-    bad = [v for vs in result.values() for v in vs]
-    if bad:
-        raise ResourceLimitError("scheduled kernels exceed the target's limits:\n  "
-                                 + "\n  ".join(bad))

@@ -28,8 +28,10 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..tune.measure import NEAR_TIE, MeasureError
+from ..gpu.schedule import default_schedule
+from ..gpu.tir_check import check_scheduled
 from ..tune.logdb import dumps
+from ..tune.measure import NEAR_TIE, MeasureError
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
 BUNDLE_VERSION = 1
@@ -70,11 +72,7 @@ def _params(func: tvm.tirx.PrimFunc) -> list[list]:
 
 def _default_schedule(wl: tvm.IRModule, tvm_target) -> tvm.tirx.PrimFunc:
     """What ``compile`` uses for a kernel without a record."""
-    if str(tvm_target.kind.name) == "llvm":
-        return wl["main"]
-    from ..gpu.cuda import default_gpu_schedule
-
-    return default_gpu_schedule(wl, tvm_target)["main"]
+    return default_schedule(wl, tvm_target)["main"]
 
 
 def _build(funcs: dict, tvm_target) -> tvm.runtime.Module | None:
@@ -421,7 +419,6 @@ def _violations(rec, wl, hw) -> list[str]:
     """The target's limits a record's schedule breaks (GPU targets; see gpu.tir_check)."""
     if hw.family == "cpu":
         return []
-    from ..gpu.tir_check import check_scheduled
 
     sch = tvm.s_tir.Schedule(wl.mod)
     rec.trace.apply_to_schedule(sch, remove_postproc=False)

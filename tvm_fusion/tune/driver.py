@@ -452,7 +452,7 @@ def _space_gen(space, tvm_target, hw):
         return space_generator(space, tvm_target)
     if hw is None or hw.family == "cpu":
         return "post-order-apply"
-    from ..gpu.limits import checked_space_generator
+    from ..gpu.check import checked_space_generator
 
     return checked_space_generator(hw)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
+from ..gpu.schedule import default_schedule
 from ..reference import max_rel_error
 
 KERNEL_RTOL = 1e-4
@@ -99,10 +100,8 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None
     """
     if str(target.kind.name) == "llvm":
         return run_kernel(mod, target, remote=remote)
-    from ..gpu.cuda import default_gpu_schedule
-
     ref, _ = run_kernel(mod, tvm.target.Target("llvm"))
-    _, default_us = run_kernel(default_gpu_schedule(mod, target), target, seeds=(0,),
+    _, default_us = run_kernel(default_schedule(mod, target), target, seeds=(0,),
                                remote=remote)
     return ref, default_us
 

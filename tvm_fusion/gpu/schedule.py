@@ -1,0 +1,109 @@
+"""The schedule of a kernel without a tuning record, and records applied to a module.
+
+A CPU kernel is built as it is (LLVM lowers the unscheduled loops); a GPU kernel needs
+bound threads, which dlight's default rules give it. :func:`default_schedule` is that
+choice, the one ``compile``, tune's verification and the offline bundle all use.
+"""
+
+from __future__ import annotations
+
+import tvm
+
+from ..tune.fast_import import import_tensor_intrinsics
+from .tir_check import check_func
+
+
+def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None) -> tvm.IRModule:
+    """``mod`` with every unscheduled PrimFunc given what ``compile`` uses without a record.
+
+    On an LLVM (CPU) target that is the kernel itself; on a GPU target,
+    :func:`default_gpu_schedule` (within ``hw``'s limits, when given).
+    """
+    if str(target.kind.name) == "llvm":
+        return mod
+    return default_gpu_schedule(mod, target, hw)
+
+
+def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
+                         ) -> tvm.IRModule:
+    """Apply dlight's default GPU rules to every unscheduled PrimFunc of ``mod``.
+
+    The rules are tried in dlight's order (Matmul, GEMV, Reduction, GeneralReduction,
+    Fallback), the first that schedules a kernel wins. Unlike
+    ``dlight.ApplyDefaultSchedule``, a rule that crashes on a fused kernel (the Matmul
+    rule asserts on some fp16 conv epilogues it cannot inline) is skipped for that
+    kernel and the next rule is tried, instead of failing the whole build. Given ``hw``
+    (a HardwareTarget), a schedule that breaks its limits (dlight binds 3 x 16 threads
+    to a 1 x 3 matmul output: a partial warp) or does not lower is passed over for the
+    next rule's too; when every rule's is, the first one is kept and the caller's check
+    names the kernel.
+    """
+    from tvm.s_tir import dlight as dl
+
+    if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
+        import_tensor_intrinsics()
+    rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+             dl.gpu.Fallback())
+    updated = {}
+    with target:
+        for gv, func in mod.functions.items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
+                continue
+            first = None
+            for rule in rules:
+                try:
+                    sch = rule.apply(func, target, False)
+                except Exception:  # noqa: BLE001  (dlight rules assert: try the next)
+                    continue
+                if sch is None:
+                    continue
+                sch = sch[0] if isinstance(sch, (list, tuple)) else sch
+                scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                first = first or scheduled
+                # dlight's Matmul rule leaves a padded reindex buffer undefined in some
+                # fused transformer matmuls: such a schedule does not lower.
+                if hw is None or not check_func(scheduled, gv.name_hint, target, hw):
+                    updated[gv] = scheduled
+                    break
+            if gv not in updated and first is not None:
+                updated[gv] = first
+    if not updated:
+        return mod
+    funcs = dict(mod.functions.items())
+    funcs.update(updated)
+    return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _is_scheduled(func) -> bool:
+    return bool(func.attrs and func.attrs.get("tirx.is_scheduled", False))
+
+
+def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
+                     database=None) -> tuple[tvm.IRModule, dict[str, str]]:
+    """Schedule every PrimFunc of a fused module for a GPU target.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        From :func:`tvm_fusion.apply_plan`.
+    target : tvm.target.Target
+    database : meta_schedule Database, optional
+        Tuning records: a PrimFunc with a record takes it.
+
+    Returns
+    -------
+    (tvm.IRModule, dict)
+        The scheduled module and, per PrimFunc name, where its schedule came from
+        (``record`` or ``dlight``).
+    """
+    from tvm import relax
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        if database is not None:
+            with database:
+                mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+    origin = {gv.name_hint: "record" if _is_scheduled(f) else "dlight"
+              for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    return default_gpu_schedule(mod, target), origin
+
+
