@@ -13,13 +13,12 @@ build then times out and nothing is tuned. Pass ``--ms-builder-timeout 30`` to s
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import time
 from pathlib import Path
 
-FAILED_RUN_S = 1e9  # MetaSchedule records a failed build or run as 1e10 s
+from tvm_fusion.tune.logdb import is_measured, read_run_times
 
 
 @contextlib.contextmanager
@@ -97,32 +96,9 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     return executable, facts
 
 
-def read_database(work_dir: Path) -> tuple[list[str], list[tuple[int, list[float]]]]:
-    """Workload hashes and ``(workload index, run_secs)`` of every record, in file order."""
-    wl_file = Path(work_dir) / "database_workload.json"
-    rec_file = Path(work_dir) / "database_tuning_record.json"
-    hashes, records = [], []
-    if wl_file.is_file():
-        for line in wl_file.read_text().splitlines():
-            if line.strip():
-                hashes.append(str(json.loads(line)[0]))
-    if rec_file.is_file():
-        for line in rec_file.read_text().splitlines():
-            try:
-                idx, rec = json.loads(line)
-                records.append((int(idx), [float(s) for s in (rec[1] or [])]))
-            except (ValueError, IndexError, TypeError):
-                continue  # a torn line: skip it, as MetaSchedule does
-    return hashes, records
-
-
-def is_valid(run_secs: list[float]) -> bool:
-    return bool(run_secs) and max(run_secs) < FAILED_RUN_S
-
-
 def database_stats(work_dir: Path) -> dict:
-    hashes, records = read_database(work_dir)
-    ok = {idx for idx, secs in records if is_valid(secs)}
+    hashes, records = read_run_times(work_dir)
+    ok = {idx for idx, secs in records if is_measured(secs)}
     logs = list((Path(work_dir) / "logs").glob("*.log"))
     timeouts = batches = 0
     for log in logs:
@@ -130,5 +106,5 @@ def database_stats(work_dir: Path) -> dict:
         timeouts += text.count("LocalBuilder: Timeout")
         batches += len(re.findall(r"Sending \d+ candidates?\(s\) for measurement", text))
     return {"workloads": len(hashes), "workloads_with_record": len(ok),
-            "records": len(records), "failed": sum(not is_valid(s) for _, s in records),
+            "records": len(records), "failed": sum(not is_measured(s) for _, s in records),
             "build_timeouts": timeouts, "batches": batches}

@@ -14,10 +14,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).parent
 
 SETUP = '''%matplotlib inline
-import os
 import matplotlib.pyplot as plt
 import tvm_fusion as tf
-from tvm_fusion import explore, zoo'''
+from tvm_fusion import config, explore, zoo'''
 
 NB01 = [
     ("md", """# 01: Fusion plans for three machines
@@ -108,7 +107,7 @@ import tempfile, pathlib
 import numpy as np
 from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.reference import random_inputs, run_onnxruntime, max_rel_error
-TRIALS = int(os.environ.get("TVM_FUSION_NB_TRIALS", 64))
+TRIALS = int(config.NB_TRIALS.get())
 work = pathlib.Path(tempfile.mkdtemp(prefix="tvm-fusion-nb02-"))
 print("trials:", TRIALS, "work dir:", work)'''),
     ("md", "## Plan and tune on this machine (`host`)"),
@@ -180,7 +179,7 @@ import tempfile, pathlib
 from IPython.display import HTML, display
 from tvm_fusion import costmodel
 SHIPPED = pathlib.Path(tf.__file__).resolve().parents[1] / "tuning_logs" / "x86_zen4"
-ROUNDS = int(os.environ.get("TVM_FUSION_NB_ROUNDS", 200))
+ROUNDS = int(config.NB_ROUNDS.get())
 hw = tf.load_target("x86_zen4")
 print(hw.description)'''),
     ("md", """## The shipped model

@@ -248,9 +248,10 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
 def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path):
     """``cost_model="auto"`` (the default): the model shipped for the target's hardware,
     matched by TVM target; none for hardware no model ships for; the env var overrides."""
-    from tvm_fusion.tune.driver import COST_MODEL_ENV, default_cost_model
+    from tvm_fusion.config import COST_MODEL
+    from tvm_fusion.tune.driver import default_cost_model
 
-    monkeypatch.delenv(COST_MODEL_ENV, raising=False)
+    monkeypatch.delenv(COST_MODEL.name, raising=False)
     shipped = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
     assert default_cost_model(load_target("x86_zen4")) == shipped
     assert default_cost_model(load_target("a100")) is None
@@ -261,9 +262,9 @@ def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path
     zen4 = load_target("x86_zen4").tvm_config
     if load_target("host").tvm_config == zen4:  # this machine is the model's hardware
         assert default_cost_model(load_target("host")) == shipped
-    monkeypatch.setenv(COST_MODEL_ENV, "none")
+    monkeypatch.setenv(COST_MODEL.name, "none")
     assert default_cost_model(load_target("x86_zen4")) is None
-    monkeypatch.setenv(COST_MODEL_ENV, str(tmp_path / "m.json"))
+    monkeypatch.setenv(COST_MODEL.name, str(tmp_path / "m.json"))
     assert default_cost_model(load_target("a100")) == tmp_path / "m.json"
 
 

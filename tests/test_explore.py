@@ -16,8 +16,9 @@ from tvm_fusion.errors import LogError, PlanError  # noqa: E402
 from tvm_fusion.explore import (comparison_html, compare_targets, draw_plan,  # noqa: E402
                                 open_logs, plan_html)
 from tvm_fusion.explore.tuning import (kernel_results, plot_roofline,  # noqa: E402
-                                       plot_tuning_curves, read_records, tuning_curve)
+                                       plot_tuning_curves, tuning_curve)
 from tvm_fusion.plan import FusionPlan  # noqa: E402
+from tvm_fusion.tune.logdb import read_run_times  # noqa: E402
 
 from test_planner import matmul_softmax  # noqa: E402
 
@@ -140,7 +141,7 @@ def test_kernel_results_and_curve_read_what_tuning_measured(model, tuned, tmp_pa
             assert k.best_us == pytest.approx(by_name[k.name].best_us, rel=1e-6)
     assert any("conv2d" in k.name and k.flops > 1e6 for k in kernels)
 
-    hashes, records = read_records(logs / "host" / "candidates")
+    hashes, records = read_run_times(logs / "host" / "candidates")
     raw = tuning_curve(model, "host", logs, baseline=False)
     assert len(raw.trials) == len(records) and raw.trials[0] == 1
     assert all(b <= a + 1e-12 for a, b in zip(raw.est_ms, raw.est_ms[1:]))

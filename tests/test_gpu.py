@@ -261,7 +261,7 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(embedded, tmp_p
 
     import tvm
 
-    from tvm_fusion.costmodel.search import PREDICTED_RUN_S
+    from tvm_fusion.tune.logdb import PREDICTED_RUN_S
     from tvm_fusion.tune.logs import open_database
 
     if tvm.cuda(0).exist:

@@ -52,7 +52,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 # here, and an entry whose import is gone fails the test, so the list only shrinks.
 KNOWN: set[tuple[str, str]] = {
     ("costmodel.dataset", "costmodel.model"),
-    ("logtools", "costmodel.search"),
     ("offline.cli", "cli"),
 }
 
@@ -213,3 +212,37 @@ def test_the_checker_sees_what_it_must():
         ["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
     assert _layer_of("tune.logs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
+    reads = [_reads_a_variable(ast.parse(code).body[0].value) for code in (
+        "os.environ.get('X')", "os.environ['X']", "os.getenv('X')", "'X' in os.environ",
+        "dict(os.environ)")]
+    assert reads == [True, True, True, True, False]  # passing the environment on is fine
+
+
+def _reads_a_variable(node) -> bool:
+    """``os.environ[...]``, ``os.environ.get(...)``, ``os.getenv(...)``, ``... in os.environ``."""
+    def is_environ(n):
+        return isinstance(n, ast.Attribute) and n.attr == "environ"
+    if isinstance(node, ast.Subscript) and is_environ(node.value):
+        return isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        f = node.func
+        return (f.attr in ("get", "pop", "setdefault") and is_environ(f.value)) or \
+            (f.attr == "getenv")
+    if isinstance(node, ast.Compare):
+        return any(is_environ(c) for c in node.comparators)
+    return False
+
+
+def test_only_config_reads_environment_knobs():
+    # tvm_fusion/config.py declares every knob with its default and meaning; a stage
+    # that reads a variable itself hides one from that list.
+    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+             for mod, (path, _) in _modules().items() if mod != "config"
+             for node in ast.walk(ast.parse(path.read_text())) if _reads_a_variable(node)]
+    assert not found, f"environment read outside tvm_fusion/config.py: {found}"
+    from tvm_fusion import config
+
+    names = [k.name for k in config.KNOBS]
+    assert len(set(names)) == len(names) and all(k.meaning for k in config.KNOBS)
+    assert {v for v in vars(config).values() if isinstance(v, config.Knob)} == set(
+        config.KNOBS), "a Knob of config.py is missing from config.KNOBS"

@@ -15,7 +15,8 @@ import tvm
 import tvm_ffi
 
 from .errors import LogError
-from .tune.logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase, write_database
+from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
+                         write_database)
 from .tune.logs import load_manifest_raw, manifest_problems, target_key, write_manifest
 
 
@@ -47,8 +48,6 @@ def _load(tdir: Path, *, warn: bool = False) -> LogDatabase:
 
 def _mean_us(record) -> float | None:
     """Mean time of a record; None for a dry run's pick, which no device has run."""
-    from .costmodel.search import PREDICTED_RUN_S
-
     secs = [float(s) for s in record.run_secs]
     if all(s == PREDICTED_RUN_S for s in secs):
         return None

@@ -16,7 +16,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tvm_fusion.errors import TvmFusionError
+from . import config
+from .errors import TvmFusionError
 
 PIP_TIMEOUT_S = 900
 
@@ -98,8 +99,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
 
 def cache_dir() -> Path:
     """Where wheels and extracted models are kept."""
-    env = os.environ.get("TVM_FUSION_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "tvm-fusion" / "models"
+    return Path(config.MODEL_CACHE.get()).expanduser()
 
 
 def fetch(name: str | ZooModel) -> Path:

@@ -11,7 +11,6 @@ never fatal.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,9 +20,9 @@ import numpy as np
 from tvm.s_tir import meta_schedule as ms
 
 from ..targets import HardwareTarget
+from ..tune.logdb import RECORD_FILE, WORKLOAD_FILE, is_measured, read_rows
 from .features import FEATURE_VERSION, FeatureBuilder, feature_names
 
-FAILED_RUN_S = 1e9  # MetaSchedule writes 1e10 s for a candidate that failed to run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +95,8 @@ def find_databases(roots: list[str | os.PathLike]) -> list[Path]:
             from .model import CostModelError
             raise CostModelError(f"log directory {root} does not exist; pass a tuning log "
                                  "directory (LOGS, LOGS/<target> or a MetaSchedule work dir)")
-        for wl in root.rglob("database_workload.json"):
-            if (wl.parent / "database_tuning_record.json").exists():
+        for wl in root.rglob(WORKLOAD_FILE):
+            if (wl.parent / RECORD_FILE).exists():
                 found.add(wl.parent)
     return sorted(found)
 
@@ -105,23 +104,20 @@ def find_databases(roots: list[str | os.PathLike]) -> list[Path]:
 def _read_database(path: Path, skipped: Counter):
     """Yield (workload key, TuningRecord) of one JSONDatabase pair, skipping bad lines."""
     workloads: dict[int, tuple[str, ms.database.Workload]] = {}
-    with open(path / "database_workload.json") as f:
-        for i, line in enumerate(f):
-            try:
-                obj = json.loads(line)
-                workloads[i] = (str(obj[0]), ms.database.Workload.from_json(obj))
-            except Exception:  # a corrupt line: count it, keep its index unused
-                skipped["corrupt workload lines"] += 1
-    with open(path / "database_tuning_record.json") as f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-                key, wl = workloads[int(obj[0])]
-                rec = ms.database.TuningRecord.from_json(obj[1], wl)
-            except Exception:
-                skipped["corrupt record lines"] += 1
-                continue
-            yield key, rec
+    wl_rows, rec_rows = read_rows(path)
+    for i, obj in enumerate(wl_rows):
+        try:
+            workloads[i] = (str(obj[0]), ms.database.Workload.from_json(obj))
+        except Exception:  # a corrupt line (None) or module: count it, keep its index unused
+            skipped["corrupt workload lines"] += 1
+    for obj in rec_rows:
+        try:
+            key, wl = workloads[int(obj[0])]
+            rec = ms.database.TuningRecord.from_json(obj[1], wl)
+        except Exception:
+            skipped["corrupt record lines"] += 1
+            continue
+        yield key, rec
 
 
 def load_dataset(roots: list[str | os.PathLike], hw: HardwareTarget, *,
@@ -148,7 +144,7 @@ def load_dataset(roots: list[str | os.PathLike], hw: HardwareTarget, *,
         n0 = len(lats)
         for key, rec in _read_database(db, skipped):
             secs = [float(s) for s in rec.run_secs or []]
-            if not secs or max(secs) >= FAILED_RUN_S:
+            if not is_measured(secs):
                 skipped["failed measurements"] += 1
                 continue
             ident = (key, str(rec.trace))

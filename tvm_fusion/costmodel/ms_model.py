@@ -17,7 +17,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from ..targets import HardwareTarget
-from .dataset import FAILED_RUN_S
+from ..tune.logdb import is_measured
 from .features import FeatureBuilder
 from .dataset import Dataset
 from .model import RankModel, boost, candidate_scores
@@ -69,8 +69,7 @@ class PretrainedCostModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         """Add this batch's measurements and re-boost on top of the pretrained trees."""
         keep = [(c, r) for c, r in zip(candidates, results)
-                if r.error_msg is None and r.run_secs
-                and max(float(s) for s in r.run_secs) < FAILED_RUN_S]
+                if r.error_msg is None and is_measured(r.run_secs)]
         if not keep or self.update_rounds <= 0:
             return
         rows = self.features.rows(context.mod, [c for c, _ in keep], context)

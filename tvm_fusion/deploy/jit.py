@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import config
 from ..errors import ModuleLoadError, TvmFusionError
 from ..simplify import SIMPLIFY_VERSION, import_model
 from ..frontend.onnx_import import _load as load_onnx
@@ -38,10 +39,7 @@ class UntunedShapeWarning(UserWarning):
 
 def default_cache_dir() -> Path:
     """Where JIT executables are cached when no ``cache_dir`` is given."""
-    env = os.environ.get("TVM_FUSION_JIT_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "tvm-fusion" / "jit"
+    return Path(config.JIT_CACHE.get()).expanduser()
 
 
 @dataclass(frozen=True, kw_only=True)

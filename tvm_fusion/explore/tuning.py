@@ -20,10 +20,8 @@ from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan
 from ..targets import as_target
 from ..tune.fast_import import build_kernel, import_tensor_intrinsics
+from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import plain_task_tables
-
-# MetaSchedule writes a failed run as a run time of 1e10 s.
-_FAILED_S = 1e9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,31 +84,6 @@ class TuningCurve:
     baseline: bool = False
 
 
-def read_records(db_dir: str | Path) -> tuple[list[str], list[tuple[int, list[float]]]]:
-    """Workload hashes and ``(workload index, run_secs)`` of every record, in file order."""
-    db_dir = Path(db_dir)
-    hashes, records = [], []
-    for name, sink in (("database_workload.json", hashes), ("database_tuning_record.json",
-                                                              records)):
-        f = db_dir / name
-        if not f.is_file():
-            continue
-        for line in f.read_text(errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-                if sink is hashes:
-                    hashes.append(str(row[0]))
-                else:
-                    records.append((int(row[0]), [float(s) for s in (row[1][1] or [])]))
-            except (ValueError, IndexError, TypeError, KeyError):
-                continue  # a torn or foreign line
-    return hashes, records
-
-
-def _valid(secs: list[float]) -> bool:
-    return bool(secs) and max(secs) < _FAILED_S
-
-
 def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str,
                        default_us: dict[str, float] | None = None) -> TuningCurve:
     """The curve of a MetaSchedule database whose tasks have ``weights`` (hash -> calls).
@@ -118,11 +91,11 @@ def curve_from_records(db_dir: str | Path, weights: dict[str, int], label: str,
     ``default_us`` (hash -> default-schedule latency) gives not-yet-measured kernels
     their untuned time; without it they count with their first measurement.
     """
-    hashes, records = read_records(db_dir)
+    hashes, records = read_run_times(db_dir)
     runs = []
     for idx, secs in records:
         h = hashes[idx] if 0 <= idx < len(hashes) else None
-        runs.append((h, statistics.median(secs)) if h in weights and _valid(secs) else None)
+        runs.append((h, statistics.median(secs)) if h in weights and is_measured(secs) else None)
     if default_us:
         start = {h: default_us[h] * 1e-6 for h in weights if h in default_us}
     else:
@@ -213,13 +186,13 @@ def kernel_results(model, target, logs) -> list[KernelResult]:
 
     _, tdir, _, tasks = _tuned_tasks(model, target, logs)
     best: dict[str, float] = {}
-    hashes, records = read_records(tdir)
+    hashes, records = read_run_times(tdir)
     for idx, secs in records:
-        if 0 <= idx < len(hashes) and _valid(secs):
+        if 0 <= idx < len(hashes) and is_measured(secs):
             h = hashes[idx]
             best[h] = min(best.get(h, math.inf), statistics.median(secs))
     measured: dict[str, int] = {}
-    hashes, records = read_records(tdir / "candidates")
+    hashes, records = read_run_times(tdir / "candidates")
     for idx, _ in records:
         if 0 <= idx < len(hashes):
             measured[hashes[idx]] = measured.get(hashes[idx], 0) + 1

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import tvm
 
+from .. import config
 from ..errors import TvmFusionError
 
 
@@ -101,7 +102,7 @@ class CudaKernel:
 
 def find_nvcc() -> str | None:
     """Path of nvcc (``$TVM_FUSION_NVCC``, ``PATH``, ``/usr/local/cuda/bin``), or None."""
-    env = os.environ.get("TVM_FUSION_NVCC")
+    env = config.NVCC.get()
     if env:
         return env if Path(env).is_file() else None
     found = shutil.which("nvcc")

@@ -10,8 +10,6 @@ lets the batch in flight finish, keeps everything measured, and returns.
 from __future__ import annotations
 
 import logging
-import math
-import shutil
 import signal
 import tempfile
 import threading
@@ -24,23 +22,24 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from .. import config
+from ..data import shipped_logs_dir
 from ..frontend import ImportedModel
 from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
-from ..targets import HardwareTarget, as_target
+from ..targets import HardwareTarget, as_target, load_target
 from .fast_import import build_kernel, import_tensor_intrinsics
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
-from .logs import (add_trials, append_jsonl, check_writable, kernel_table, open_database,
-                   orphaned_records, read_manifest, target_dir, target_identity,
-                   write_manifest)
-from .budget import FLOOR_TRIALS, latency_shares, split_budget, stalled
-from .measure import (NEAR_TIE, MeasureError, RemoteDevice, check_local_device, device_type,
-                      make_runner, median_us, remeasure)
+from .budget import FLOOR_TRIALS, latency_shares, split_budget
+from .logs import (check_writable, kernel_table, open_database, orphaned_records,
+                   read_manifest, target_dir, target_identity, target_key, write_manifest)
+from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
 from .progress import Progress
+from .predicted import schedule_unmeasured
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator
-from .verify import KernelVerifier
+from .state import TuneState
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +67,7 @@ class TuneReport:
     rejected: int
     interrupted: bool
     elapsed_s: float
-    picks: tuple = ()  # costmodel.search.PredictedPick of every kernel the model chose for
+    picks: tuple = ()  # tune.predicted.PredictedPick of every kernel the model chose for
 
     @property
     def est_ms(self) -> float | None:
@@ -78,154 +77,17 @@ class TuneReport:
         return sum(t.best_us * t.weight for t in self.tasks) / 1e3
 
 
-def _mean_us(run_secs) -> float:
-    secs = [float(s) for s in run_secs]
-    return sum(secs) / len(secs) * 1e6
-
-
-def _latency_us(result) -> float | None:
-    if result.error_msg is not None or not result.run_secs:
-        return None
-    return median_us(result.run_secs)  # the runner gives several repeats
-
-
 @derived_object
 class _VerifyAndCommit(PyMeasureCallback):
     """Verifies each task's improving candidate and commits it to the deployable database."""
 
-    def __init__(self, state: "_TuneState"):
+    def __init__(self, state: TuneState):
         self.state = state
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         self.state.on_batch(task_scheduler, task_id, measure_candidates, runner_results,
                             builder_results)
-
-
-class _TuneState:
-    def __init__(self, *, tasks, target, accepted, tdir, progress, manifest, entry,
-                 remote=None):
-        self.tasks, self.target, self.accepted, self.tdir = tasks, target, accepted, tdir
-        self.progress, self.manifest, self.entry = progress, manifest, entry
-        self.verifier = KernelVerifier(target, remote=remote)
-        self.workloads = [accepted.commit_workload(t.dispatched[0]) for t in tasks]
-        self.best = []
-        unmeasured = {name for name, info in entry.get("predicted", {}).items()
-                      if not info.get("measured", True)}
-        for task, wl in zip(tasks, self.workloads):
-            top = accepted.get_top_k(wl, 1)
-            # a dry run's pick has a placeholder time: the first measurement replaces it
-            known = top and task.task_name not in unmeasured
-            self.best.append(median_us(top[0].run_secs) if known else None)
-        self.trials = [0] * len(tasks)
-        self.rejected = 0
-        self.stop = False
-        self.index = list(range(len(tasks)))  # scheduler task id -> our task id
-        # budget of the round in flight, and each task's best measured latency per trial
-        self.allot: dict[int, int] = {}
-        self.round_trials: dict[int, int] = {}
-        self.history: list[list[float]] = [[] for _ in tasks]
-        self.stalled: set[int] = set()
-        # near-tie re-measurement: the runner, and a copy of each best's built module
-        self.runner = None
-        self.device_type = device_type(target)
-        self.keep_dir: Path | None = None
-        self.incumbents: dict[int, tuple[str, list]] = {}
-        self.retimed = 0
-        self._args: dict[int, list] = {}
-
-    def latency_us(self, i: int) -> float | None:
-        """Best verified latency, else the default schedule's (timed once, cached)."""
-        if self.best[i] is not None:
-            return self.best[i]
-        try:  # shared with verification, which needs it anyway
-            return self.verifier.reference(i, self.tasks[i].dispatched[0])[1]
-        except Exception:  # an unbuildable default: no estimate, the mean share
-            return None
-
-    def done(self, local_id: int) -> bool:
-        """Whether the scheduler should end a task: allotment used, stalled, or Ctrl-C."""
-        i = self.index[local_id]
-        return (self.stop or i in self.stalled
-                or self.round_trials.get(i, 0) >= self.allot.get(i, 0))
-
-    def _keep_incumbent(self, i: int, build) -> None:
-        if self.keep_dir is None or build is None or build.error_msg is not None:
-            return
-        dst = self.keep_dir / f"task{i}_{Path(build.artifact_path).name}"
-        shutil.copyfile(build.artifact_path, dst)
-        self.incumbents[i] = (str(dst), self._args[i])
-
-    def _settle_tie(self, i: int, build, secs: list[float], best: float
-                    ) -> tuple[list[float], bool]:
-        """Time a near-tie again, interleaved with the incumbent: (repeats, it wins)."""
-        if self.runner is None or build is None or build.error_msg is not None:
-            return secs, True  # nothing to run again: the first measurement stands
-        items = [(build.artifact_path, self._args[i])]
-        if i in self.incumbents:
-            items.append(self.incumbents[i])
-        again = remeasure(self.runner, self.device_type, items)
-        self.retimed += 1
-        if not again[0]:
-            return secs, False
-        if len(again) > 1 and again[1]:
-            return secs + again[0], median_us(again[0]) < median_us(again[1])
-        return secs + again[0], median_us(secs + again[0]) < best
-
-    def est_ms(self) -> float | None:
-        known = [(b, t.weight) for b, t in zip(self.best, self.tasks) if b is not None]
-        return sum(b * w for b, w in known) / 1e3 if known else None
-
-    def on_batch(self, scheduler, task_id, candidates, results, builds=None) -> None:
-        if not candidates:  # a task whose search space is exhausted
-            return
-        task_id = self.index[task_id]  # this round may tune a subset of the tasks
-        self.trials[task_id] += len(candidates)
-        self.round_trials[task_id] = self.round_trials.get(task_id, 0) + len(candidates)
-        hist = self.history[task_id]
-        for r in results:
-            lat = _latency_us(r)
-            hist.append(min(hist[-1] if hist else math.inf,
-                            math.inf if lat is None else lat))
-        if stalled(hist):
-            self.stalled.add(task_id)  # the scheduler ends it; its leftover is re-spread
-        builds = list(builds) if builds is not None else [None] * len(candidates)
-        scored = [(lat, c, r, b) for c, r, b in zip(candidates, results, builds)
-                  if (lat := _latency_us(r)) is not None]
-        for lat, cand, res, build in sorted(scored, key=lambda x: x[0]):
-            best = self.best[task_id]
-            if best is not None and lat >= best:
-                break
-            secs = [float(s) for s in res.run_secs]
-            self._args[task_id] = cand.args_info
-            if best is not None and lat > best * (1 - NEAR_TIE):
-                secs, wins = self._settle_tie(task_id, build, secs, best)
-                if not wins:  # noise, not a better schedule; the rest measured slower
-                    break
-            task = self.tasks[task_id]
-            verdict = self.verifier.check(task_id, task.dispatched[0], cand.sch.mod)
-            if verdict.accepted:
-                self.accepted.commit_tuning_record(ms.database.TuningRecord(
-                    trace=cand.sch.trace, workload=self.workloads[task_id],
-                    run_secs=secs, target=self.target, args_info=cand.args_info))
-                self.best[task_id] = median_us(secs)
-                self._keep_incumbent(task_id, build)
-                self.entry.get("predicted", {}).pop(task.task_name, None)  # measured now
-                break
-            if verdict.error is None:
-                # Correct but no faster than the default loops: keep the default. The
-                # rest of this batch measured slower still.
-                break
-            self.rejected += 1
-            append_jsonl(self.tdir / "rejected.jsonl", {
-                "task": task.task_name, "latency_us": lat, "error": verdict.error,
-                "trace": str(cand.sch.trace)[:4000]})
-        add_trials(self.tdir, self.manifest, self.entry, len(candidates))  # locked, shared
-        have = sum(b is not None for b in self.best)
-        note = "" if have == len(self.best) else f"({have}/{len(self.best)} kernels)"
-        if self.stop:
-            note += " stopping after this batch"
-        self.progress.update(self.entry["trials"], self.est_ms(), note=note.strip())
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
@@ -336,7 +198,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     bar = Progress(trials, done=entry["trials"], enabled=progress)
     # where the device is: here, or (RPC) verification runs where measurement does
     remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
-    state = _TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
+    state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
                        progress=bar, manifest=manifest, entry=entry, remote=remote)
     entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
     write_manifest(tdir, manifest)
@@ -347,7 +209,6 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                                   runner=runner, hw=hw)
     picks = []
     if cm is not None and tasks and not interrupted:
-        from ..costmodel.search import schedule_unmeasured
         if dry:
             bar.stream.write(f"dry run: picking a schedule for each of {len(tasks)} kernels "
                              "by the cost model alone\n")
@@ -370,9 +231,6 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                       elapsed_s=time.monotonic() - t0, picks=tuple(picks))
 
 
-COST_MODEL_ENV = "TVM_FUSION_COST_MODEL"  # "none", or a model path: what "auto" means
-
-
 def default_cost_model(hw: HardwareTarget) -> Path | None:
     """The cost model shipped for ``hw``'s hardware, or None.
 
@@ -381,13 +239,7 @@ def default_cost_model(hw: HardwareTarget) -> Path | None:
     ``x86_zen4``). The environment variable ``TVM_FUSION_COST_MODEL`` overrides it:
     ``none``, or the path of a model.
     """
-    import os
-
-    from ..data import shipped_logs_dir
-    from ..targets import load_target
-    from .logs import target_key
-
-    env = os.environ.get(COST_MODEL_ENV)
+    env = config.COST_MODEL.get()
     if env:
         return None if env.lower() == "none" else Path(env)
     root = shipped_logs_dir()

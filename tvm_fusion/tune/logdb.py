@@ -37,6 +37,65 @@ WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 LOCK_FILE = ".lock"
 
+FAILED_RUN_S = 1e9
+"""MetaSchedule writes 1e10 s as the run time of a candidate that failed to build or run:
+a record at or above this is a failure, not a time."""
+
+PREDICTED_RUN_S = 100.0
+"""``run_secs`` of a record no device measured (a cost model's pick): valid for
+MetaSchedule's databases (whose readers skip failed runs), slower than any real kernel."""
+
+
+def is_measured(run_secs) -> bool:
+    """Whether ``run_secs`` is a measurement: not empty and not a failed run."""
+    secs = [float(s) for s in run_secs or ()]
+    return bool(secs) and max(secs) < FAILED_RUN_S
+
+
+def read_rows(db_dir: str | os.PathLike) -> tuple[list, list]:
+    """The JSON rows of a database's two files, in file order, no TVM object built.
+
+    For tools that read many records at once (curves, datasets, statistics);
+    :class:`LogDatabase` is the MetaSchedule database over the same files.
+
+    Returns
+    -------
+    (list, list)
+        Workload rows (``[shash, module]``) and record rows (``[workload index,
+        record]``); a line that is not such a row is None in its place, so the workload
+        indices the records use stay right. A missing file reads as no rows.
+    """
+    out = []
+    for name, ok in ((WORKLOAD_FILE, lambda r: len(r) == 2 and isinstance(r[0], str)),
+                     (RECORD_FILE, lambda r: len(r) == 2 and isinstance(r[0], int)
+                      and isinstance(r[1], list))):
+        rows = []
+        try:
+            data = (Path(db_dir) / name).read_bytes()
+        except FileNotFoundError:
+            data = b""
+        for raw in data.splitlines():
+            try:
+                row = json.loads(raw)
+            except ValueError:  # a torn or corrupt line
+                row = None
+            rows.append(row if isinstance(row, list) and ok(row) else None)
+        out.append(rows)
+    return out[0], out[1]
+
+
+def read_run_times(db_dir: str | os.PathLike) -> tuple[list, list[tuple[int, list[float]]]]:
+    """Workload hashes (None for an unreadable line) and ``(workload index, run_secs)``
+    of every readable record, in file order (see :func:`read_rows`)."""
+    workloads, records = read_rows(db_dir)
+    times = []
+    for row in records:
+        try:
+            times.append((row[0], [float(s) for s in (row[1][1] or [])]))
+        except (TypeError, IndexError, ValueError):  # None, or a record without run_secs
+            continue
+    return [w[0] if w else None for w in workloads], times
+
 
 # A LogError raised inside a database method that MetaSchedule called through the FFI
 # comes back out as a LogError, not a bare RuntimeError.

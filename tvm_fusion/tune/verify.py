@@ -14,6 +14,7 @@ is dlight's schedule of it on the device, which is what ``compile`` would otherw
 from __future__ import annotations
 
 import contextlib
+import enum
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,18 +107,46 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None
     return ref, default_us
 
 
+class Outcome(enum.Enum):
+    """What tuning does with a checked candidate."""
+
+    ACCEPTED = "correct and faster than the default: committed"
+    NOT_FASTER = "correct but not faster than the default loops: the default stays"
+    WRONG = "wrong, or fails to build or run: logged to rejected.jsonl"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Outcome of checking one candidate against its workload's default schedule."""
 
     error: str | None   # why the candidate is wrong; None when it matches
-    candidate_us: float  # both timed side by side in this process
-    default_us: float
+    candidate_us: float | None  # both timed side by side in this process (None: not run)
+    default_us: float | None
+
+    @classmethod
+    def untimed(cls, error: str | None) -> "Verdict":
+        """A candidate checked without its device (built, within the target's limits)."""
+        return cls(error, None, None)
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.error is not None:
+            return Outcome.WRONG
+        if self.candidate_us is None or self.candidate_us < self.default_us:
+            return Outcome.ACCEPTED
+        return Outcome.NOT_FASTER
 
     @property
     def accepted(self) -> bool:
         """Correct and faster than the default (unscheduled) kernel."""
-        return self.error is None and self.candidate_us < self.default_us
+        return self.outcome is Outcome.ACCEPTED
+
+    @property
+    def note(self) -> str:
+        """Why it was not accepted ("" when it was)."""
+        if self.outcome is Outcome.NOT_FASTER:
+            return "correct but not faster than the default loops"
+        return self.error or ""
 
 
 class KernelVerifier:

@@ -16,38 +16,44 @@ first:
   of the kernel ranks above it in every reader of the database, stock TVM included.
 
 Either way the manifest marks the kernel ``predicted``, with ``measured`` and
-``verified`` saying which of the two it was, and every candidate turned down is written
-to ``rejected.jsonl`` with its reason.
+``verified`` saying which of the two it was; a candidate found wrong is written to
+``rejected.jsonl`` with its reason (through ``TuneState.settle``, as tuning's own are).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from ..errors import TvmFusionError
+from ..gpu.check import check_schedule
+from .fast_import import import_tensor_intrinsics
+from .logdb import PREDICTED_RUN_S
+from .state import TuneState
+from .verify import Outcome, Verdict
+
 log = logging.getLogger(__name__)
-
-PREDICTED_RUN_S = 100.0
-"""``run_secs`` of a record no device measured: valid for MetaSchedule's databases (whose
-readers skip records of 1e10 s and more, failed runs), slower than any real kernel."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class PredictedPick:
     """What the cost model chose for one unmeasured kernel."""
 
     task: str
-    accepted: bool        # a candidate passed verification and was committed
+    outcome: Outcome | None  # of the last candidate checked (None: none was)
     tried: int            # candidates verified
     candidates: int       # candidates the search produced and the model ranked
     us: float | None      # the committed candidate's time, from the verification run
     default_us: float | None
     note: str
     measured: bool = True  # timed on the device (in verification); False: device absent
+
+    @property
+    def accepted(self) -> bool:
+        """A candidate passed its check and was committed."""
+        return self.outcome is Outcome.ACCEPTED
 
 
 def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
@@ -80,12 +86,8 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
 
 def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
     """Why ``mod`` (a scheduled kernel) cannot run on ``hw``, checked without the device."""
-    from ..errors import TvmFusionError
-
     try:
         if hw.family in ("cuda", "rocm"):
-            from ..gpu.check import check_schedule
-
             bad = check_schedule(mod["main"], hw)
             return "; ".join(bad) if bad else None
         tvm.tirx.build(mod, target=target)  # a CPU measured elsewhere: it must build
@@ -98,16 +100,16 @@ def _check_kind(hw) -> str:
     return {"cuda": "tir+nvcc", "rocm": "tir"}.get(hw.family, "build")
 
 
-def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: int = 3,
+def schedule_unmeasured(state: TuneState, cost_model, target: tvm.target.Target, *, tries: int = 3,
                         seed: int = 0, space_generator="post-order-apply",
                         hw=None, on_device: bool = True) -> list[PredictedPick]:
     """Give every task of a tuning run that has no verified record the model's best pick.
 
     Parameters
     ----------
-    state : tvm_fusion.tune.driver._TuneState
-        The driver's tuning state (tasks, best latencies, verifier, databases, manifest
-        entry, log directory).
+    state : tvm_fusion.tune.state.TuneState
+        The run's tuning state: its tasks, best latencies and verifier; each pick is
+        committed or rejected through its ``settle``.
     cost_model : MetaSchedule cost model
         Its ``scores`` rank the candidates (higher is better).
     target : tvm.target.Target
@@ -127,9 +129,6 @@ def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: 
     list of PredictedPick
         One per kernel that had no record, accepted or not, with the reason.
     """
-    from ..tune.fast_import import import_tensor_intrinsics
-    from ..tune.logs import append_jsonl
-
     import_tensor_intrinsics()  # before TuneContext does it the slow way
     predicted = state.entry.setdefault("predicted", {})
     # kernels whose picks were all correct but no faster than the default loops (tiny
@@ -145,46 +144,36 @@ def schedule_unmeasured(state, cost_model, target: tvm.target.Target, *, tries: 
             ranked = rank_candidates(mod, target, cost_model, task_name=task.task_name,
                                      space_generator=space_generator, seed=seed + i)
         except Exception as e:  # a design space MetaSchedule cannot generate: keep the default
-            picks.append(PredictedPick(task=task.task_name, accepted=False, tried=0,
+            picks.append(PredictedPick(task=task.task_name, outcome=None, tried=0,
                                        candidates=0, us=None, default_us=None,
                                        note=f"search failed: {str(e).splitlines()[0][:200]}",
                                        measured=on_device))
             continue
-        pick = PredictedPick(task=task.task_name, accepted=False, tried=0,
+        pick = PredictedPick(task=task.task_name, outcome=None, tried=0,
                              candidates=len(ranked), us=None, default_us=None,
                              note="the search produced no candidate", measured=on_device)
         for n, (score, cand) in enumerate(ranked[:tries], start=1):
             if on_device:
                 verdict = state.verifier.check(i, mod, cand.sch.mod)
-                note = verdict.error or ("" if verdict.accepted else
-                                         "correct but not faster than the default loops")
-                pick = PredictedPick(task=task.task_name, accepted=verdict.accepted, tried=n,
-                                     candidates=len(ranked), us=verdict.candidate_us,
-                                     default_us=verdict.default_us, note=note)
                 run_secs = [verdict.candidate_us / 1e6]
             else:
-                note = _offline_check(hw, cand.sch.mod, target) or ""
-                pick = PredictedPick(task=task.task_name, accepted=not note, tried=n,
-                                     candidates=len(ranked), us=None, default_us=None,
-                                     note=note, measured=False)
+                verdict = Verdict.untimed(_offline_check(hw, cand.sch.mod, target))
                 run_secs = [PREDICTED_RUN_S]
-            if not pick.accepted:
-                append_jsonl(Path(state.tdir) / "rejected.jsonl", {
-                    "task": task.task_name, "source": "cost-model pick", "rank": n,
-                    "score": score, "error": pick.note, "trace": str(cand.sch.trace)[:4000]})
+            outcome = state.settle(i, cand, verdict, run_secs, measured=on_device,
+                                   source="cost-model pick", rank=n, score=score)
+            pick = PredictedPick(task=task.task_name, outcome=outcome, tried=n,
+                                 candidates=len(ranked), us=verdict.candidate_us,
+                                 default_us=verdict.default_us, note=verdict.note,
+                                 measured=on_device)
+            if outcome is not Outcome.ACCEPTED:
                 continue
-            state.accepted.commit_tuning_record(ms.database.TuningRecord(
-                trace=cand.sch.trace, workload=state.workloads[i], run_secs=run_secs,
-                target=target, args_info=cand.args_info))
-            if on_device:
-                state.best[i] = pick.us
             predicted[task.task_name] = {
                 "score": score, "rank": n, "candidates": len(ranked),
                 "measured": on_device, "verified": on_device,
                 "checked": "device" if on_device else _check_kind(hw),
                 **({"verify_us": pick.us, "default_us": pick.default_us} if on_device else {})}
             break
-        if not pick.accepted and pick.tried and pick.note.startswith("correct but not faster"):
+        if pick.outcome is Outcome.NOT_FASTER:  # every pick tried: correct, no faster
             slow[task.task_name] = {"tried": pick.tried, "default_us": pick.default_us}
         picks.append(pick)
     return picks
