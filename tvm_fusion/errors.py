@@ -48,3 +48,7 @@ class ExportError(TvmFusionError):
 
 class ModuleLoadError(TvmFusionError):
     """A compiled module that cannot be loaded or called with the given inputs."""
+
+
+class CostModelError(TvmFusionError):
+    """A cost model file that cannot be used, or training data that cannot train one."""

@@ -15,6 +15,8 @@ import tvm
 import tvm_ffi
 
 from .errors import LogError
+from .plan import FusionPlan
+from .targets import load_target
 from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
                          write_database)
 from .tune.logs import load_manifest_raw, manifest_problems, target_key, write_manifest
@@ -287,8 +289,6 @@ def validate(root: str | Path, *, build: bool = False,
         Per target: ``problems`` (each makes ``logs validate`` exit non-zero),
         ``notes`` (informational), and counts.
     """
-    from .targets import load_target
-
     out = []
     for tdir in target_dirs(root):
         problems, notes = [], []
@@ -308,7 +308,6 @@ def validate(root: str | Path, *, build: bool = False,
             (notes if allow_other_target else problems).extend(target)
             for h, e in m.get("models", {}).items():
                 try:
-                    from .plan import FusionPlan
                     FusionPlan.from_json(e["plan"])
                 except Exception as err:  # PlanError or a malformed entry
                     problems.append(f"model {_model_label(h, e)}: stored plan is broken: "

@@ -7,11 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import CostModelError
+from ..targets import load_target
+from ..tune.fast_import import import_tensor_intrinsics
+from .dataset import load_dataset
+
+# .model (xgboost) is imported in the commands that use it: the rest of the CLI,
+# `--help` included, does not load xgboost.
 
 def _target_of(logs: list[str], given: str | None):
     """The hardware the records were measured on: --target, else the manifests' target."""
-    from ..targets import load_target
-
     if given:
         return load_target(given)
     names = set()
@@ -22,16 +27,12 @@ def _target_of(logs: list[str], given: str | None):
             except (OSError, ValueError, KeyError, TypeError):
                 continue
     if len(names) > 1:
-        from .model import CostModelError
         raise CostModelError(f"the log directories hold records of several targets "
                              f"{sorted(names)}; train per target, or pass --target")
     return load_target(names.pop() if names else "host")
 
 
 def _load(args):
-    from ..tune.fast_import import import_tensor_intrinsics
-    from .dataset import load_dataset
-
     import_tensor_intrinsics()  # replaying traces may need the tensor intrinsics
     hw = _target_of(args.logs, args.target)
     say = (lambda line: print(line, file=sys.stderr)) if args.verbose else None
@@ -41,7 +42,7 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
-    from .model import (DEFAULT_ROUNDS, CostModelError, format_metrics, split_holdout,
+    from .model import (DEFAULT_ROUNDS, format_metrics, split_holdout,
                         split_within, train_model)
 
     if args.split == "within":
@@ -77,7 +78,7 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     import numpy as np
 
-    from .model import CostModelError, format_metrics, load_model
+    from .model import format_metrics, load_model
 
     model = load_model(args.model)
     data = _load(args)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tvm.s_tir import meta_schedule as ms
 
+from ..errors import CostModelError
 from ..targets import HardwareTarget
 from ..tune.logdb import RECORD_FILE, WORKLOAD_FILE, is_measured, read_rows
 from .features import FEATURE_VERSION, FeatureBuilder, feature_names
@@ -92,7 +93,6 @@ def find_databases(roots: list[str | os.PathLike]) -> list[Path]:
     for root in roots:
         root = Path(root)
         if not root.exists():
-            from .model import CostModelError
             raise CostModelError(f"log directory {root} does not exist; pass a tuning log "
                                  "directory (LOGS, LOGS/<target> or a MetaSchedule work dir)")
         for wl in root.rglob(WORKLOAD_FILE):

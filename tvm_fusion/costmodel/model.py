@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from ..errors import TvmFusionError
+from ..errors import CostModelError
 from .dataset import Dataset
 from .features import FEATURE_VERSION, HW_NAMES, feature_names
 
@@ -44,10 +44,6 @@ DEFAULT_PARAMS = {
     "tree_method": "hist",
     "nthread": 2,
 }
-
-
-class CostModelError(TvmFusionError):
-    """A cost model file that cannot be used, or training data that cannot train one."""
 
 
 def _groups(workload: np.ndarray) -> list[np.ndarray]:

@@ -20,7 +20,7 @@ from ..targets import HardwareTarget
 from ..tune.logdb import is_measured
 from .features import FeatureBuilder
 from .dataset import Dataset
-from .model import RankModel, boost, candidate_scores
+from .model import RankModel, boost, candidate_scores, load_model
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,6 @@ class PretrainedCostModel(PyCostModel):
 
     def load(self, path: str) -> None:
         """Replace the model with the one saved at ``path``."""
-        from .model import load_model
-
         self.model = load_model(path)
         self.booster = self.model.booster
 

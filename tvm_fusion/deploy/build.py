@@ -25,6 +25,7 @@ from tvm import relax
 from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
 from ..gpu.limits import raise_on_violations
+from ..gpu.rocm import require_rocm_build
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
 from ..graph import build_graph
@@ -222,8 +223,6 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     """
     hw = as_target(target)
     if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
-        from ..gpu.rocm import require_rocm_build
-
         require_rocm_build(hw)
     tvm_target = hw.tvm_target()
     manifest = _read_logs(logs, hw, allow_other_target)

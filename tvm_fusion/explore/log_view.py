@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..logtools import format_show, show
 from .plan_view import _esc, _table
 
 
@@ -24,8 +25,6 @@ class LogView:
     targets: tuple
 
     def __str__(self) -> str:
-        from ..logtools import format_show
-
         return format_show(list(self.targets))
 
     def best_us(self) -> dict[str, dict[str, float]]:
@@ -75,6 +74,4 @@ def open_logs(path) -> LogView:
     path : str or Path
         The directory given to :func:`tvm_fusion.tune` as ``logs``.
     """
-    from ..logtools import show
-
     return LogView(path=Path(path), targets=tuple(show(path)))

@@ -14,11 +14,11 @@ import logging
 
 import tvm
 
+from ..tune.fast_import import import_tensor_intrinsics
+
 
 def _context(func, hw, seed):
     from tvm.s_tir import meta_schedule as ms
-
-    from ..tune.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})

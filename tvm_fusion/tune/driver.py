@@ -23,19 +23,21 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from .. import config
+from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
 from ..frontend import ImportedModel
+from ..gpu.check import checked_space_generator
 from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
 from ..targets import HardwareTarget, as_target, load_target
-from .fast_import import build_kernel, import_tensor_intrinsics
-from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
+from .fast_import import build_kernel, import_tensor_intrinsics
 from .logs import (check_writable, kernel_table, open_database, orphaned_records,
                    read_manifest, target_dir, target_identity, target_key, write_manifest)
 from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
-from .progress import Progress
+from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .predicted import schedule_unmeasured
+from .progress import Progress
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator
@@ -165,7 +167,6 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     cost_model = _resolve_cost_model(cost_model, hw, required=dry)
     cm = None
     if cost_model is not None:  # load (and fail) before any planning or tuning
-        from ..costmodel import make_cost_model
         cm = make_cost_model(cost_model, hw)
     on_device = device_here(tvm_target)
     if not dry and rpc_tracker is None:
@@ -262,8 +263,6 @@ def _resolve_cost_model(cost_model, hw: HardwareTarget, *, required: bool):
     elif isinstance(cost_model, str) and cost_model == "auto":
         cost_model = default_cost_model(hw)
     if cost_model is None and required:
-        from ..data import shipped_logs_dir
-
         have = sorted(p.parent.name for p in shipped_logs_dir().glob(
             "*/costmodel.json"))
         raise MeasureError(
@@ -304,8 +303,6 @@ def _space_gen(space, tvm_target, hw):
         return space_generator(space, tvm_target)
     if hw is None or hw.family == "cpu":
         return "post-order-apply"
-    from ..gpu.check import checked_space_generator
-
     return checked_space_generator(hw)
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import tvm
 
 from ..errors import LogError
-from .logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase
 from ..version import __version__
+from .logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase, append_line
 
 MANIFEST_SCHEMA = "tvm-fusion/logs"
 MANIFEST_VERSION = 1
@@ -280,6 +280,5 @@ def content_hash(path: Path) -> str:
 
 def append_jsonl(path: Path, row: dict) -> None:
     """Append one JSON line in one write, fsynced, under the directory lock."""
-    from .logdb import append_line
     with DirLock(path.parent, exclusive=True):
         append_line(path, json.dumps(row))

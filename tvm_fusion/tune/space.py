@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from ..data import search_spaces_dir
 from ..errors import TvmFusionError
+from .fast_import import import_tensor_intrinsics
 
 SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"
@@ -349,8 +350,6 @@ def _tiling_rules(space: SearchSpace, target) -> list:
         # like MetaSchedule's DefaultX86: the first intrinsic the CPU supports, if any
         for entry in space.tensorize:
             if target_has_features(list(entry.requires), target):
-                from .fast_import import import_tensor_intrinsics
-
                 import_tensor_intrinsics()
                 rules.append(ms.schedule_rule.MultiLevelTilingWithIntrin(
                     intrin_name=entry.intrin, **common))
