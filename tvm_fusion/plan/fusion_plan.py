@@ -85,7 +85,7 @@ class FusionPlan:
     the plan's ``notes`` say which).
 
     ``edges`` holds the graph's producer -> consumer node-id pairs, so that a plan
-    read back from JSON can still be drawn (``_repr_html_``); it is not in the hash.
+    read back from JSON can still be drawn (``explore.plan_html``); it is not in the hash.
     """
 
     target: str
