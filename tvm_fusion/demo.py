@@ -8,6 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import build_graph, compile_model, import_model, load_module, plan_fusion, tune
+from .embedded import build_embedded_model
+from .reference import max_rel_error, random_inputs, run_onnxruntime
+from .targets import load_target
+
 
 def time_onnxruntime(onnx_model, inputs, repeat: int = 50) -> float:
     """Median latency of ONNX Runtime (CPU provider, default threads) in ms."""
@@ -31,11 +36,6 @@ def run_demo(*, trials: int = 80, logs: str | None = None, target: str = "host")
 
     Returns the process exit status: 1 when the tuned build disagrees with ONNX Runtime.
     """
-    from . import build_graph, compile_model, import_model, load_module, plan_fusion, tune
-    from .embedded import build_embedded_model
-    from .reference import max_rel_error, random_inputs, run_onnxruntime
-    from .targets import load_target
-
     hw = load_target(target)
     logs = logs or tempfile.mkdtemp(prefix="tvm-fusion-demo-")
     stages = []

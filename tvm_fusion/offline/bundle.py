@@ -28,10 +28,19 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from ..deploy.build import compile_model
+from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
+from ..graph import build_graph
+from ..plan import FusionPlan, make_plan
+from ..reference import random_inputs, run_onnxruntime
+from ..targets import as_target, load_target
 from ..tune.logdb import dumps
+from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
+from ..tune.schedulable import make_schedulable
+from ..tune.verify import _buffers, run_kernel
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
 BUNDLE_VERSION = 1
@@ -100,8 +109,6 @@ def _build_kernel(funcs: dict, tvm_target) -> tuple[tvm.runtime.Module, list[str
 
 def _cpu_reference(wl: tvm.IRModule, seed: int) -> dict[int, np.ndarray]:
     """Buffers the unscheduled kernel writes, run on this machine's CPU: index -> array."""
-    from ..tune.verify import _buffers, run_kernel
-
     after, _ = run_kernel(wl, tvm.target.Target("llvm"), seeds=(seed,))
     before = _buffers(wl["main"], seed)
     return {i: a for i, (a, b) in enumerate(zip(after, before)) if not np.array_equal(a, b)}
@@ -109,8 +116,6 @@ def _cpu_reference(wl: tvm.IRModule, seed: int) -> dict[int, np.ndarray]:
 
 def _checksum(func: tvm.tirx.PrimFunc, seed: int) -> float:
     """A number the device recomputes to confirm it draws the same random buffers."""
-    from ..tune.verify import _buffers
-
     return float(sum(np.asarray(b, np.float64).sum() for b in _buffers(func, seed)))
 
 
@@ -144,14 +149,6 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     Path
         ``out``; its ``bundle.json`` says what is there.
     """
-    from ..deploy.build import compile_model
-    from ..graph.op_graph import build_graph
-    from ..gpu.sample import sample_schedules
-    from ..plan import make_plan
-    from ..reference import random_inputs, run_onnxruntime
-    from ..targets import as_target
-    from ..tune.schedulable import make_schedulable
-
     hw = as_target(target)
     tvm_target = hw.tvm_target()
     out = Path(out)
@@ -336,10 +333,6 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     -------
     ImportSummary
     """
-    from ..plan import FusionPlan
-    from ..targets import load_target
-    from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
-
     bundle_dir = Path(bundle_dir)
     bundle = json.loads((bundle_dir / "bundle.json").read_text())
     if bundle.get("schema") != BUNDLE_SCHEMA or bundle.get("tvm") != tvm.__version__:
