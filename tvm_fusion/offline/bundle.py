@@ -79,9 +79,9 @@ def _params(func: tvm.tirx.PrimFunc) -> list[list]:
     return [[[int(d) for d in b.shape], str(b.dtype)] for b in func.params]
 
 
-def _default_schedule(wl: tvm.IRModule, tvm_target) -> tvm.tirx.PrimFunc:
+def _default_schedule(wl: tvm.IRModule, tvm_target, hw) -> tvm.tirx.PrimFunc:
     """What ``compile`` uses for a kernel without a record."""
-    return default_schedule(wl, tvm_target)["main"]
+    return default_schedule(wl, tvm_target, hw)["main"]
 
 
 def _build(funcs: dict, tvm_target) -> tvm.runtime.Module | None:
@@ -267,7 +267,7 @@ def _export_kernel(wl, name, index, hw, tvm_target, out, count, seed, sample_sch
     the device, where CUDA source is compiled at load) instead of one per schedule."""
     func = wl["main"]
     schs = sample_schedules(func, hw, count=count, seed=seed)
-    funcs = {"default": _default_schedule(wl, tvm_target)}
+    funcs = {"default": _default_schedule(wl, tvm_target, hw)}
     records = {}
     workload = ms.database.Workload(wl)
     for j, sch in enumerate(schs):

@@ -200,7 +200,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     # where the device is: here, or (RPC) verification runs where measurement does
     remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
     state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
-                       progress=bar, manifest=manifest, entry=entry, remote=remote)
+                       progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw)
     entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
     write_manifest(tdir, manifest)
     interrupted = False

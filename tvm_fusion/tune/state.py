@@ -29,10 +29,10 @@ class TuneState:
     """
 
     def __init__(self, *, tasks, target, accepted, tdir, progress, manifest, entry,
-                 remote=None):
+                 remote=None, hw=None):
         self.tasks, self.target, self.accepted, self.tdir = tasks, target, accepted, tdir
         self.progress, self.manifest, self.entry = progress, manifest, entry
-        self.verifier = KernelVerifier(target, remote=remote)
+        self.verifier = KernelVerifier(target, remote=remote, hw=hw)
         self.workloads = [accepted.commit_workload(t.dispatched[0]) for t in tasks]
         self.best = []
         unmeasured = {name for name, info in entry.get("predicted", {}).items()

@@ -91,18 +91,19 @@ def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seeds=VERIFY_SEEDS,
         return outputs, float(np.median(timer(*arrays).results)) * 1e6
 
 
-def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None
+def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, hw=None
                   ) -> tuple[list[np.ndarray], float]:
     """The reference outputs of an unscheduled kernel and the default schedule's time.
 
     On a CPU target both come from one run of the unscheduled kernel. On a GPU target
     the outputs come from the unscheduled kernel on this machine's CPU, and the time
-    from dlight's default schedule on the device.
+    from the default schedule ``compile`` would use (``gpu.schedule.default_schedule``,
+    within ``hw``'s limits) on the device.
     """
     if str(target.kind.name) == "llvm":
         return run_kernel(mod, target, remote=remote)
     ref, _ = run_kernel(mod, tvm.target.Target("llvm"))
-    _, default_us = run_kernel(default_schedule(mod, target), target, seeds=(0,),
+    _, default_us = run_kernel(default_schedule(mod, target, hw), target, seeds=(0,),
                                remote=remote)
     return ref, default_us
 
@@ -152,15 +153,17 @@ class Verdict:
 class KernelVerifier:
     """Caches each workload's reference run and checks candidates against it."""
 
-    def __init__(self, target: tvm.target.Target, remote=None):
+    def __init__(self, target: tvm.target.Target, remote=None, hw=None):
         self.target = target
         self.remote = remote  # a RemoteDevice: candidates run behind the RPC tracker
+        self.hw = hw  # the HardwareTarget: the default schedule keeps within its limits
         self._ref: dict[int, tuple[list[np.ndarray], float]] = {}
 
     def reference(self, key: int, workload: tvm.IRModule) -> tuple[list[np.ndarray], float]:
         """``workload``'s reference buffers and default time, computed once per ``key``."""
         if key not in self._ref:
-            self._ref[key] = reference_run(workload, self.target, remote=self.remote)
+            self._ref[key] = reference_run(workload, self.target, remote=self.remote,
+                                           hw=self.hw)
         return self._ref[key]
 
     def check(self, key: int, workload: tvm.IRModule, candidate: tvm.IRModule) -> Verdict:
