@@ -13,6 +13,7 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
 
 from .errors import LogError
 from .plan import FusionPlan
@@ -219,8 +220,6 @@ def merge(sources: list[str | Path], dest: str | Path) -> list[dict]:
 
 
 def _merge_target(name: str, seen, out: Path) -> dict:
-    from tvm.s_tir import meta_schedule as ms
-
     mem = ms.database.MemoryDatabase()
     best: dict = {}   # canonical workload -> best record
     order: list = []

@@ -7,6 +7,9 @@ import numpy as np
 from ..costmodel.model import METRICS_DEFINITION, rank_correlation, ranks_in_unit
 from .plan_view import _esc, _table
 
+# matplotlib (about 1 s to import) is imported by the functions that draw, so that
+# importing tvm_fusion.explore for its tables does not load it.
+
 
 def plot_predicted_vs_measured(model, data, ax=None, *, title: str = ""):
     """Each candidate at (predicted rank, measured speed) within its workload.

@@ -18,6 +18,9 @@ from .. import errors
 from ..plan import plan_fusion
 from ..plan.compare import kernel_ops as _ops
 
+# matplotlib (about 1 s to import) is imported by the functions that draw, so that
+# importing tvm_fusion.explore for its tables does not load it.
+
 # A graph wider than this many layers wraps onto a new row of the drawing.
 LAYERS_PER_ROW = 32
 MAX_DRAWN_NODES = 600

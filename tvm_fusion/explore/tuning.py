@@ -15,6 +15,13 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+
 from ..errors import LogError
 from ..graph import build_graph
 from ..plan import FusionPlan, apply_plan
@@ -22,6 +29,9 @@ from ..targets import as_target
 from ..tune.fast_import import build_kernel, import_tensor_intrinsics
 from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import plain_task_tables
+
+# matplotlib (about 1 s to import) is imported by the functions that draw, so that
+# importing tvm_fusion.explore for its tables does not load it.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +137,6 @@ def default_latencies(tasks, target) -> dict[str, float]:
     What a kernel costs before tuning touches it: built as it comes out of lowering,
     timed with TVM's time evaluator (median of 5 repeats of at least 10 ms).
     """
-    import numpy as np
-    import tvm
-    import tvm_ffi
-
     dev = tvm.cpu()
     out = {}
     for t in tasks:
@@ -146,9 +152,6 @@ def default_latencies(tasks, target) -> dict[str, float]:
 
 def _tuned_tasks(model, target, logs):
     """(hardware target, target dir, manifest entry, tuning tasks) of a tuned model."""
-    from tvm.s_tir import meta_schedule as ms
-
-
     hw = as_target(target)
     tdir = Path(logs) / hw.name
     try:
@@ -165,8 +168,6 @@ def _tuned_tasks(model, target, logs):
 
 
 def _weights(tasks) -> dict[str, int]:
-    import tvm_ffi
-
     return {str(tvm_ffi.structural_hash(t.dispatched[0])): int(t.weight) for t in tasks}
 
 
@@ -181,9 +182,6 @@ def kernel_results(model, target, logs) -> list[KernelResult]:
     logs : path
         The log directory given to :func:`tvm_fusion.tune`.
     """
-    import tvm_ffi
-    from tvm.s_tir.analysis import estimate_tir_flops
-
     _, tdir, _, tasks = _tuned_tasks(model, target, logs)
     best: dict[str, float] = {}
     hashes, records = read_run_times(tdir)
@@ -224,9 +222,6 @@ def tuning_curve(model, target, logs, *, label: str = "tvm-fusion", baseline: bo
 
 def _stock_module(model, tvm_target):
     """What TVM's ``static_shape_tuning`` hands to MetaSchedule: FuseOps' kernels."""
-    import tvm
-    from tvm import relax
-
     with tvm_target:
         return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
                                          relax.transform.CanonicalizeBindings(),
@@ -245,9 +240,6 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     compiles the same scheduled module with the same ``tvm.tirx.build`` and skips that
     import (see ``tvm_fusion.tune.fast_import``). The schedules measured are the same.
     """
-    from tvm.s_tir import meta_schedule as ms
-
-
     plain_task_tables()
     import_tensor_intrinsics()
     hw = as_target(target)
@@ -273,8 +265,6 @@ def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedul
     ``static_shape_tuning`` pipeline) on the FuseOps-fused module, so the two tuners'
     curves can be drawn side by side.
     """
-    from tvm.s_tir import meta_schedule as ms
-
     hw = as_target(target)
     tvm_target = hw.tvm_target()
     tasks = ms.relax_integration.extract_tasks(_stock_module(model, tvm_target), tvm_target)
@@ -320,7 +310,6 @@ def plot_roofline(kernels, target, ax=None):
     Marker size is the kernel's share of model time.
     """
     import matplotlib.pyplot as plt
-    import numpy as np
 
     hw = as_target(target)
     pts = [k for k in kernels if k.gflops and k.flops > 0]

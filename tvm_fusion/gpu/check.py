@@ -8,6 +8,12 @@ rejected candidate never reaches a builder.
 
 from __future__ import annotations
 
+import tvm
+from tvm import te
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
+
 from ..errors import TvmFusionError
 from .cuda import cuda_source, nvcc_compile
 from .limits import GpuLimits, check_kernel
@@ -70,9 +76,6 @@ def resource_check_postproc(hw, *, limits: GpuLimits | None = None, rejected=Non
     -------
     tvm.s_tir.meta_schedule.postproc.PyPostproc
     """
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.postproc import PyPostproc
-
     @derived_object
     class ResourceCheck(PyPostproc):
         def _initialize_with_tune_context(self, context) -> None:
@@ -106,10 +109,6 @@ def checked_space_generator(hw, *, limits: GpuLimits | None = None, rejected=Non
     -------
     tvm.s_tir.meta_schedule.space_generator.PostOrderApply
     """
-    import tvm
-    from tvm import te
-    from tvm.s_tir import meta_schedule as ms
-
     a = te.placeholder((1,), name="a")  # any module: MetaSchedule resolves the rules on one
     mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((1,), lambda i: a[i])])})
     ctx = ms.TuneContext(mod=mod, target=hw.tvm_target(), space_generator="post-order-apply",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+from tvm import relax
+
 from ..errors import TvmFusionError
 
 PRECISIONS = ("fp32", "fp16")
@@ -36,8 +38,6 @@ def apply_precision(model, precision: str = "fp32"):
                              f"{', '.join(PRECISIONS)}")
     if precision == "fp32":
         return model
-    from tvm import relax
-
     mod = relax.transform.ToMixedPrecision(out_dtype="float32")(model.mod)
     digest = hashlib.sha256(f"{model.model_hash}:fp16-mixed".encode()).hexdigest()
     return dataclasses.replace(model, mod=mod, model_hash=digest,

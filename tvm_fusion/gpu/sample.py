@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 
 import tvm
+from tvm.s_tir import meta_schedule as ms
 
 from ..tune.fast_import import import_tensor_intrinsics
 
 
 def _context(func, hw, seed):
-    from tvm.s_tir import meta_schedule as ms
-
     import_tensor_intrinsics()
     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     ctx = ms.TuneContext(mod=mod, target=hw.tvm_target(), space_generator="post-order-apply",
@@ -99,8 +98,6 @@ def predict_best(func: tvm.tirx.PrimFunc, hw, cost_model, *, count: int = 16, se
         The best schedule, its score, and every candidate's score in draw order;
         None when no candidate passed the postprocessors.
     """
-    from tvm.s_tir import meta_schedule as ms
-
     ctx = _context(func, hw, seed)
     schs = _draw(ctx, count=count, seed=seed, extra_postprocs=extra_postprocs, max_draws=4 * count)
     if not schs:

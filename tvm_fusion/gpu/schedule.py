@@ -8,6 +8,8 @@ choice, the one ``compile``, tune's verification and the offline bundle all use.
 from __future__ import annotations
 
 import tvm
+from tvm import relax
+from tvm.s_tir import dlight as dl
 
 from ..tune.fast_import import import_tensor_intrinsics
 from .tir_check import check_func
@@ -38,8 +40,6 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
     next rule's too; when every rule's is, the first one is kept and the caller's check
     names the kernel.
     """
-    from tvm.s_tir import dlight as dl
-
     if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
     rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
@@ -96,8 +96,6 @@ def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
         The scheduled module and, per PrimFunc name, where its schedule came from
         (``record`` or ``dlight``).
     """
-    from tvm import relax
-
     with target, tvm.transform.PassContext(opt_level=3):
         if database is not None:
             with database:

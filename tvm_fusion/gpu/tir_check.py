@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tvm
+from tvm.tirx.build import split_host_device_mods
 
 from ..errors import LoweringError, TvmFusionError
 
@@ -118,8 +119,6 @@ def device_kernels(func: tvm.tirx.PrimFunc, target: tvm.target.Target,
     name : str
         Its global symbol.
     """
-    from tvm.tirx.build import split_host_device_mods
-
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     host = "llvm" if tvm.runtime.enabled("llvm") else "c"
     mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)

@@ -18,6 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.schedule_rule import ReuseType
+from tvm.target.codegen import target_has_features
+
 from ..data import search_spaces_dir
 from ..errors import TvmFusionError
 from .fast_import import import_tensor_intrinsics
@@ -329,15 +333,10 @@ def space_for_target(target) -> SearchSpace:
 
 
 def _reuse(r: Reuse | None):
-    from tvm.s_tir.meta_schedule.schedule_rule import ReuseType
-
     return None if r is None else ReuseType(req=r.req, levels=list(r.levels), scope=r.scope)
 
 
 def _tiling_rules(space: SearchSpace, target) -> list:
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.target.codegen import target_has_features
-
     t = space.tiling
     common = dict(structure=t.structure,
                   tile_binds=list(t.tile_binds) if t.tile_binds is not None else None,
@@ -391,8 +390,6 @@ def space_generator(space: SearchSpace, target):
     -------
     tvm.s_tir.meta_schedule.space_generator.PostOrderApply
     """
-    from tvm.s_tir import meta_schedule as ms
-
     _check_target(space, target)
     sr, pp, mu = ms.schedule_rule, ms.postproc, ms.mutator
     rules = []
