@@ -32,7 +32,7 @@ import tvm_fusion as tf
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, run_onnxruntime
 from tvm_fusion.tune.logdb import (RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, DirLock,
-                                   LogDatabase, write_database)
+                                   LogDatabase, is_measured, read_run_times, write_database)
 from tvm_fusion.tune.logs import (fresh_manifest, read_manifest, target_identity,
                                   write_manifest)
 
@@ -231,6 +231,27 @@ def test_a_broken_workload_line_keeps_the_numbering_of_the_others(tmp_path):
     for rec in db.get_all_tuning_records():  # 16 and 24 still under their own workload
         assert round(float(rec.run_secs[0]) * 1e6) == int(rec.workload.mod["main"].params[0].shape[0])
     assert len(db) == 2
+
+
+def test_the_tools_reader_keeps_the_numbering_too_and_skips_failed_runs(tmp_path):
+    # read_run_times is what curves, the cost-model dataset and benchmarks read with:
+    # the same files, no trace replayed, the same workload numbering as LogDatabase's.
+    db = LogDatabase(tmp_path, writable=True)
+    for n in (8, 16, 24):
+        mod = _workload(n)
+        db.commit_tuning_record(_record(db.commit_workload(mod), mod, 4, n * 1e-6))
+    mod = _workload(8)
+    db.commit_tuning_record(_record(db.commit_workload(mod), mod, 4, 1e10))  # failed run
+    lines = (tmp_path / WORKLOAD_FILE).read_text().splitlines()
+    lines[0] = lines[0][: len(lines[0]) // 3]
+    (tmp_path / WORKLOAD_FILE).write_text("\n".join(lines) + "\n")
+    with open(tmp_path / RECORD_FILE, "a") as f:
+        f.write('{"not": "a record"}\n[1, {"no": "run_secs"}]\n')
+    hashes, records = read_run_times(tmp_path)
+    assert hashes[0] is None and all(hashes[1:3])
+    assert [(idx, round(secs[0] * 1e6)) for idx, secs in records if is_measured(secs)] == [
+        (0, 8), (1, 16), (2, 24)]
+    assert [idx for idx, secs in records if not is_measured(secs)] == [0]
 
 
 def test_a_writer_survives_the_files_being_rewritten_under_it(tmp_path):

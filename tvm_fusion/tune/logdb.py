@@ -52,6 +52,16 @@ def is_measured(run_secs) -> bool:
     return bool(secs) and max(secs) < FAILED_RUN_S
 
 
+def is_workload_row(obj) -> bool:
+    """A workload line's shape: ``[structural hash, module JSON]``, both strings."""
+    return isinstance(obj, list) and len(obj) == 2 and all(isinstance(x, str) for x in obj)
+
+
+def is_record_row(obj) -> bool:
+    """A record line's shape: ``[workload line index, record]``."""
+    return isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
+
+
 def read_rows(db_dir: str | os.PathLike) -> tuple[list, list]:
     """The JSON rows of a database's two files, in file order, no TVM object built.
 
@@ -66,9 +76,7 @@ def read_rows(db_dir: str | os.PathLike) -> tuple[list, list]:
         indices the records use stay right. A missing file reads as no rows.
     """
     out = []
-    for name, ok in ((WORKLOAD_FILE, lambda r: len(r) == 2 and isinstance(r[0], str)),
-                     (RECORD_FILE, lambda r: len(r) == 2 and isinstance(r[0], int)
-                      and isinstance(r[1], list))):
+    for name, ok in ((WORKLOAD_FILE, is_workload_row), (RECORD_FILE, is_record_row)):
         rows = []
         try:
             data = (Path(db_dir) / name).read_bytes()
@@ -79,7 +87,7 @@ def read_rows(db_dir: str | os.PathLike) -> tuple[list, list]:
                 row = json.loads(raw)
             except ValueError:  # a torn or corrupt line
                 row = None
-            rows.append(row if isinstance(row, list) and ok(row) else None)
+            rows.append(row if ok(row) else None)
         out.append(rows)
     return out[0], out[1]
 
@@ -92,7 +100,7 @@ def read_run_times(db_dir: str | os.PathLike) -> tuple[list, list[tuple[int, lis
     for row in records:
         try:
             times.append((row[0], [float(s) for s in (row[1][1] or [])]))
-        except (TypeError, IndexError, ValueError):  # None, or a record without run_secs
+        except (TypeError, IndexError, KeyError, ValueError):  # None, or no run_secs
             continue
     return [w[0] if w else None for w in workloads], times
 
@@ -335,8 +343,7 @@ class LogDatabase(PyDatabase):
             self._workloads.append(None)  # keep the line numbering of later workloads
 
     def _parse_workload(self, lineno: int, obj) -> None:
-        if not (isinstance(obj, list) and len(obj) == 2
-                and all(isinstance(x, str) for x in obj)):
+        if not is_workload_row(obj):
             self._skip(WORKLOAD_FILE, lineno, "not a [hash, module] pair")
             return
         try:
@@ -350,7 +357,7 @@ class LogDatabase(PyDatabase):
         self._key.setdefault(wl, obj[0])
 
     def _parse_record(self, lineno: int, obj) -> None:
-        if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)):
+        if not is_record_row(obj):
             self._skip(RECORD_FILE, lineno, "not a [workload index, record] pair")
             return
         idx = obj[0]
