@@ -145,3 +145,24 @@ def recurrent(op="LSTM", *, seq=5, batch=2, inp=3, hidden=4, direction="forward"
     return make(f"{op.lower()}_case", [node], inputs,
                 [_vi("Y", T.FLOAT, y_shape)] + [_vi(o, T.FLOAT, s_shape) for o in outs[1:]],
                 inits, opset=opset)
+
+
+def compress() -> onnx.ModelProto:
+    """The positive entries of x (Compress by a mask), then doubled: a tensor of run-time
+    size that a following op must read."""
+    return make("compress", [
+        h.make_node("Greater", ["x", "zero"], ["m"]),
+        h.make_node("Compress", ["x", "m"], ["p"], name="compress0"),
+        h.make_node("Mul", ["p", "two"], ["y"]),
+    ], [_vi("x", T.FLOAT, [8])], [_vi("y", T.FLOAT, [None])],
+        [const("zero", 0.0), const("two", 2.0)], opset=11)
+
+
+def unique() -> onnx.ModelProto:
+    """Unique rows of x with all four outputs (sizes known only at run time)."""
+    return make("unique", [
+        h.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], sorted=1, axis=0,
+                    name="unique0"),
+    ], [_vi("x", T.FLOAT, [6, 2])], [_vi("y", T.FLOAT, [None, 2]), _vi("idx", T.INT64, [None]),
+                                     _vi("inv", T.INT64, [None]), _vi("cnt", T.INT64, [None])],
+        opset=11)

@@ -133,3 +133,18 @@ def test_a_hand_plan_grouping_a_data_dependent_op_is_refused():
     plan = plan_from_groups(graph, [[0, 1], [2]], load_target("host"), planner="hand")
     with pytest.raises(PlanError, match="topk#1.*data-dependent output"):
         apply_plan(graph, plan)
+
+
+def test_unique_with_four_outputs_matches_onnxruntime(tmp_path):
+    x = np.array([[1, 2], [0, 1], [1, 2], [3, 3], [0, 1], [5, 0]], np.float32)
+    model, _ = _check_against_ort(oc.unique(), tmp_path, inputs=[x])
+    (node,) = build_graph(model.mod).nodes
+    assert node.library and len(node.results) == 4
+
+
+def test_an_op_after_a_run_time_sized_tensor_is_a_lowering_error():
+    """TVM 0.27 legalizes no reshape of a tensor of unknown size (what Compress feeds
+    the Mul after it): one error saying what and what to do, not a traceback."""
+    model = import_model(oc.compress())
+    with pytest.raises(LoweringError, match="known only at run time.*run that part outside"):
+        build_graph(model.mod)

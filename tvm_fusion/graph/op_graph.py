@@ -27,7 +27,7 @@ import tvm
 from tvm import relax
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from ..errors import PlanError
+from ..errors import LoweringError, PlanError
 
 # TVM's OpPatternKind values (include/tvm/relax/op_attr_types.h).
 _PATTERN_KIND = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "reduction",
@@ -142,7 +142,32 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
     ])
-    return seq(mod)
+    try:
+        return seq(mod)
+    except (AssertionError, ValueError, RuntimeError) as err:
+        raise _lowering_error(mod, err) from err
+
+
+def _lowering_error(mod: tvm.IRModule, err: Exception) -> LoweringError:
+    """What TVM's legalization failed on: an op reading a tensor whose size is known
+    only at run time (what follows Compress, NonZero, Unique...), or else its message."""
+    text = " ".join(str(err).strip().splitlines()[-1:])[:300]
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            call = b.value
+            if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+                continue
+            unknown = [a for a in call.args if isinstance(a.ty, relax.TensorType)
+                       and a.ty.shape is None]
+            if unknown and call.op.name not in ("relax.call_pure_packed", "relax.match_cast"):
+                return LoweringError(
+                    f"TVM {tvm.__version__} cannot lower {call.op.name} (result {b.var.name})"
+                    f" of a tensor whose size is known only at run time ({text}). Such a "
+                    "tensor comes from an op with a data-dependent output (ONNX Compress, "
+                    "NonZero, Unique...) followed by ops TVM has no dynamic-shape lowering "
+                    "for: run that part outside the model, or give it a fixed size (e.g. "
+                    "TopK with a fixed k instead of a threshold)", kernel=call.op.name)
+    return LoweringError(f"TVM {tvm.__version__} cannot legalize the model: {text}")
 
 
 def _dims(ty) -> tuple[int, ...]:
