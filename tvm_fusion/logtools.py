@@ -7,6 +7,7 @@ lists, JSON-ready) and the CLI prints it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import warnings
 from pathlib import Path
@@ -430,8 +431,6 @@ __all__ = ["format_show", "merge", "prune", "show", "target_dirs", "validate"]
 
 def add_parser(sub) -> None:
     """Add ``tvm-fusion logs show|merge|validate|prune`` to the CLI's sub-parsers."""
-    import argparse
-
     lg = sub.add_parser("logs", help="inspect, merge, validate and prune tuning logs",
                         description="Tools over tuning log directories (LOGS, holding one "
                                     "LOGS/<target>/ per target; a target directory itself "

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+import tvm
+
 from .data import hw_targets_dir
 from .errors import TargetError
 
@@ -79,8 +81,6 @@ class HardwareTarget:
         -------
         tvm.target.Target
         """
-        import tvm
-
         try:
             return tvm.target.Target(dict(self.tvm_config))
         except Exception as exc:  # TVM raises its own error types for bad configs
@@ -408,8 +408,6 @@ def detect_host() -> HardwareTarget:
     -------
     HardwareTarget
     """
-    import tvm
-
     mcpu = str(tvm.get_global_func("target.llvm_get_system_cpu")())
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())

@@ -2,12 +2,15 @@
 
 ``train`` and ``eval`` are reached through ``tvm-fusion cost-model``; ``tune(...,
 cost_model=PATH)`` plugs a saved model into the search. Names are imported on first use,
-so the CLI does not pay for TVM and XGBoost before it needs them.
+so the CLI does not pay for XGBoost before it needs it.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
+
+import numpy as np
 
 _EXPORTS = {
     "Dataset": "dataset", "load_dataset": "dataset",
@@ -53,10 +56,6 @@ def make_cost_model(model, hw, *, update_rounds: int = 30):
 
 
 def _warn_if_unseen_hardware(model, hw) -> None:
-    import warnings
-
-    import numpy as np
-
     from .features import hardware_features
 
     seen = np.array(model.meta.get("hardware_rows", []), dtype=np.float64)

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import CostModelError
 from ..targets import load_target
 from ..tune.fast_import import import_tensor_intrinsics
@@ -76,8 +78,6 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    import numpy as np
-
     from .model import format_metrics, load_model
 
     model = load_model(args.model)

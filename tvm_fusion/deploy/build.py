@@ -11,6 +11,7 @@ warning.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import tempfile
@@ -148,8 +149,6 @@ def _untuned_share(plan: FusionPlan, untuned) -> dict[str, float]:
 
 def _lowering_passes(target: tvm.target.Target) -> list:
     """Relax's default pipeline after legalization and fusion, which we do ourselves."""
-    import importlib
-
     kind = "cpu_generic" if target.kind.name == "llvm" else target.kind.name
     backend = importlib.import_module(f"tvm.relax.backend.{kind}.pipeline")
     return backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
@@ -159,8 +158,6 @@ def _lower_library_ops(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
     """TVM's own lowering of the plan's library nodes for ``target``: sort and scan ops
     (topk, sort, cumsum...) to its TOPI kernels (DispatchSortScan: GPU kernels on GPU
     targets), sampling ops likewise; runtime calls (nonzero, unique) are left as they are."""
-    import importlib
-
     kind = "cpu_generic" if target.kind.name == "llvm" else target.kind.name
     backend = importlib.import_module(f"tvm.relax.backend.{kind}.pipeline")
     return tvm.transform.Sequential(backend.library_dispatch_passes(target))(mod)

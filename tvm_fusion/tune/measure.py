@@ -13,6 +13,8 @@ import socket
 import statistics
 from typing import Sequence
 
+import tvm
+from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmFusionError
@@ -58,8 +60,6 @@ def check_local_device(target, name: str) -> None:
     the unscheduled kernel, so the device must be present on this machine. Without
     this check a GPU tune on a CPU-only machine measured nothing and said "untuned".
     """
-    import tvm
-
     kind = device_type(target)
     if kind == "cpu":
         return
@@ -88,8 +88,6 @@ def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) ->
     MeasureError
         The tracker does not answer, or no server of ``key`` is registered or free.
     """
-    from tvm import rpc
-
     where = f"{host}:{port}"
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
@@ -136,8 +134,6 @@ class RemoteDevice:
     @contextlib.contextmanager
     def session(self):
         """An RPC session on one free server of ``key``; closed on exit."""
-        from tvm import rpc
-
         try:
             sess = rpc.connect_tracker(self.host, self.port).request(
                 self.key, priority=0, session_timeout=self.timeout_s)
