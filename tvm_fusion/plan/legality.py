@@ -26,6 +26,7 @@ convex (what :func:`~tvm_fusion.plan.apply_plan` requires).
 from __future__ import annotations
 
 from ..graph import OpGraph
+from .cost import gpu_resources
 from .op_info import OpInfo, node_name
 
 MAX_GROUP_OPS = 32
@@ -73,8 +74,6 @@ def gpu_violation(model, members) -> str | None:
         Of the graph and the target (CPU targets: always None).
     members : iterable of int
     """
-    from .cost import gpu_resources
-
     if model.hw.family == "cpu":
         return None
     res = gpu_resources(model, members)
