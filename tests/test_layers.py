@@ -26,8 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # specs, shipped data, model sources. tune.fast_import and tune.ms_compat are TVM
     # work-arounds that the GPU and cost-model stages below tune/ need as well; "tune"
     # is tune/__init__.py, which imports its names on first use (nothing when loaded).
-    ("base", ("errors", "config", "version", "data", "resources", "targets", "zoo",
-              "embedded", "tune.fast_import", "tune.ms_compat", "tune")),
+    ("base", ("errors", "config", "version", "data", "targets", "zoo", "embedded",
+              "tune.fast_import", "tune.ms_compat", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;
@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # (importer, imported): imports that break the order on purpose. Each says why.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
+
 
 def _modules() -> dict[str, tuple[Path, bool]]:
     """Every module of the package: dotted name relative to tvm_fusion -> (file, is_package)."""
