@@ -144,6 +144,10 @@ def test_every_module_has_a_layer():
     missing = sorted(m for m in _modules() if _layer_of(m) is None)
     assert not missing, ("modules with no layer in tests/test_layers.py LAYERS (add each "
                          f"to the row of its stage): {[_name(m) for m in missing]}")
+    mods = _modules()
+    stale = [p for _, patterns in LAYERS for p in patterns
+             if not any(m == p or (p.endswith(".*") and m.startswith(p[:-1])) for m in mods)]
+    assert not stale, f"LAYERS names modules that do not exist (moved?): {stale}"
 
 
 def _where(mods, edges, a, b) -> str:
