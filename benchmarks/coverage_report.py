@@ -92,7 +92,8 @@ def render(results: dict[str, dict]) -> str:
         msg = rec.get("message") or (f"max rel err {rec.get('max_rel_err'):.2e} over "
                                      f"tolerance {rec.get('tol'):.0e}")
         kind = f"{rec['kind']}: " if rec.get("kind") and rec["status"] == "error" else ""
-        lines.append(f"- **{name}**, {stage}: {kind}{_md(msg)}")
+        lines.append(f"- **{name}**, {stage}: {kind}{_md(msg)}"
+                     + (" (see its note below)" if results[name].get("note") else ""))
     notes = [(n, s, rec["note"]) for n, r in results.items() for s, rec in r["stages"].items()
              if rec.get("note")]
     if notes:
@@ -111,6 +112,7 @@ def render(results: dict[str, dict]) -> str:
             f"- opset {r.get('opset')}, producer {r.get('producer') or '?'}; inputs "
             f"{shapes}" + (f"; fixed at import: {consts}" if consts else ""),
             f"- ops ({sum(r.get('ops', {}).values())} nodes): {ops}",
+            *([f"- Note: {_md(r['note'])}"] if r.get("note") else []),
             f"- run at {r.get('commit', '?')}, {r.get('date', '?')}, {r.get('wall_s', '?')} s "
             "in all",
             "",

@@ -129,7 +129,7 @@ def run_model(entry, out: Path, skip: frozenset[str]) -> dict:
                     "package": f"{entry.model.package}=={entry.model.version}",
                     "member": entry.model.member, "description": entry.model.description,
                     "shapes": {k: list(v) for k, v in entry.model.shapes.items()},
-                    "consts": dict(entry.consts), "stages": {}}
+                    "consts": dict(entry.consts), "note": entry.note, "stages": {}}
 
     def save():
         out.write_text(json.dumps(result, indent=1, default=str) + "\n")
