@@ -74,6 +74,14 @@ def reshape_from_opset11_unsqueeze():
     return _model(nodes, [1, "C", 4, 5], inits, 11)
 
 
+def opset9_slice():
+    """PyTorch 1.9's opset-9 export slicing a GRU's initial state: Slice with its bounds
+    as attributes (inputs only from opset 10, the only form TVM's importer has)."""
+    nodes = [helper.make_node("Slice", ["x"], ["s"], axes=[0], starts=[2], ends=[4]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    return _model(nodes, [4, 1, "C"], [], 9)
+
+
 def keras_rnn_loop(data_dependent_stop: bool = False):
     """tf2onnx's form of a Keras RNN layer: a Loop over the time steps whose trip count
     and condition come from the input's Shape, weights read from the outer scope, a
@@ -130,6 +138,9 @@ CASES = {
                             (AssertionError, "Only one of scales and sizes"), ["Resize"]),
     "opset11-unsqueeze-fold": (reshape_from_opset11_unsqueeze, {"x": (1, 6, 4, 5)},
                                None, ["Reshape", "Relu"]),
+    "opset9-slice": (opset9_slice, {"x": (4, 1, 6)},
+                     (ValueError, "Cannot cast <class 'NoneType'> to list of Expr"),
+                     ["Slice", "Relu"]),
     "keras-rnn-loop": (keras_rnn_loop, {"x": (1, 5, 4)}, (Exception, "Loop"),
                        lambda ops: "Loop" not in ops and ops.count("Tanh") == 5),
 }

@@ -13,7 +13,9 @@ import contextlib
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 
 # Optional inputs that exporters fill with an empty tensor instead of leaving them out:
 # ONNX treats an empty one as absent. PyTorch's opset-11 Resize writes an empty ``scales``
@@ -26,15 +28,47 @@ _EMPTY_MEANS_ABSENT = {"Resize": (1, 2, 3)}
 def rewritten_for_import(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]:
     """``model`` in the importer's form for the ``with`` block, then as it was.
 
-    The rewrites only rename node inputs, so they are undone without copying weights.
+    The rewrites only rename node inputs and add small initializers, so they are undone
+    without copying weights.
     """
-    saved = drop_empty_optional_inputs(model)
+    n_inits = len(model.graph.initializer)
+    saved = drop_empty_optional_inputs(model) + slice_attributes_as_inputs(model)
     try:
         yield model
     finally:
-        for node, inputs in saved:
+        for node, inputs in reversed(saved):
             del node.input[:]
             node.input.extend(inputs)
+        del model.graph.initializer[n_inits:]
+
+
+def slice_attributes_as_inputs(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list]]:
+    """Give opset-1..9 Slices (``starts``/``ends``/``axes`` attributes) those as inputs.
+
+    TVM's importer has only the opset-10+ Slice, whose bounds are inputs: it fails on the
+    attribute form ("Cannot cast NoneType to list of Expr"; PyTorch 1.9 opset-9 exports
+    slice a GRU's initial state this way). The attributes stay; the importer ignores
+    them. Returns each changed node with its inputs before the change.
+    """
+    if _default_opset(model) >= 10:
+        return []
+    changed = []
+    for node in model.graph.node:
+        attrs = {a.name: list(a.ints) for a in node.attribute}
+        if node.op_type != "Slice" or len(node.input) != 1 or "starts" not in attrs:
+            continue
+        changed.append((node, list(node.input)))
+        for key in ("starts", "ends", "axes"):
+            if key in attrs:
+                name = f"{node.output[0]}__slice_{key}"
+                model.graph.initializer.append(onnx.numpy_helper.from_array(
+                    np.array(attrs[key], np.int64), name))
+                node.input.append(name)
+    return changed
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def drop_empty_optional_inputs(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list]]:
