@@ -100,15 +100,17 @@ def test_transposes_sink_through_elementwise_broadcast_and_reductions_and_cancel
     # remapped), softmax over C, back to NCHW: every transpose cancels.
     c = numpy_helper.from_array(RNG.standard_normal((4,)).astype(np.float32), "c")
     nodes = [_n("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
-             _n("Relu", ["t"], ["r"]),
+             _n("Add", ["t", "eps"], ["te"]),  # a rank-0 constant broadcasts in any layout
+             _n("Relu", ["te"], ["r"]),
              _n("Mul", ["r", "c"], ["m"]),
              _n("Softmax", ["m"], ["sm"], axis=-1),
              _n("Transpose", ["sm"], ["back"], perm=[0, 3, 1, 2]),
              _n("Transpose", ["x"], ["t2"], perm=[0, 2, 3, 1]),
              _n("ReduceSum", ["t2", "axes"], ["red"], keepdims=0)]
     axes = numpy_helper.from_array(np.array([1, 2], np.int64), "axes")
+    eps = numpy_helper.from_array(np.array(0.5, np.float32), "eps")
     model = _model(nodes, [_vi("x", [2, 4, 5, 6])],
-                   [_vi("back", [2, 4, 5, 6]), _vi("red", [2, 4])], [c, axes])
+                   [_vi("back", [2, 4, 5, 6]), _vi("red", [2, 4])], [c, axes, eps])
     imported = _check(model, exact=True)
     r = imported.simplified
     assert (r.transposes_before, r.transposes_after) == (3, 0)
@@ -220,6 +222,25 @@ def test_batch_norm_op_folds_with_tvm_pass():
     imported = _check(model, exact=False)
     assert imported.simplified.batch_norms_folded == 1
     assert count_ops(imported.mod) == 2  # conv, add
+
+
+def test_parallel_matmuls_combine_when_asked(tmp_path):
+    # Q/K/V: three matmuls of one input; off by default, one wide matmul when asked
+    nodes = [_n("MatMul", ["x", w], ["o" + w]) for w in "qkv"]
+    nodes += [_n("Add", ["oq", "ok"], ["a"]), _n("Mul", ["a", "ov"], ["out"])]
+    model = _model(nodes, [_vi("x", [1, 8, 16])], [_vi("out", [1, 8, 12])],
+                   [_w(w, 16, 12) for w in "qkv"])
+    assert import_model(model).simplified.matmuls_combined == 0
+    combined = simplify_model(import_unsimplified(model), combine_matmul=True)
+    assert combined.simplified.matmuls_combined == 2
+    assert count_ops(combined.mod, "relax.matmul") == 1
+    arrays = random_inputs(combined.inputs)
+    (want,) = run_onnxruntime(model, arrays)
+    assert max_rel_error(_run(combined, arrays)[0], want) < FOLD_TOL
+    # the planner and compile_model take the split it leaves
+    module = compile_model(combined, "host").export(tmp_path / "m.so")
+    from tvm_fusion import load_module
+    assert max_rel_error(load_module(module)(*arrays)[0], want) < FOLD_TOL
 
 
 # ------------------------------------------------------------------- cse, report, api

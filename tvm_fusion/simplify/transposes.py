@@ -76,6 +76,8 @@ class TransposeSinker(BlockRewriter):
         if isinstance(expr, relax.Var) and expr in self.views:
             return self.views[expr]
         new = self.subst(expr)
+        if isinstance(getattr(new, "ty", None), tvm.ir.PrimType):
+            return new, ()  # a scalar: the same in any layout
         shape = shape_of(new)
         return new, _identity(len(shape)) if shape is not None else None
 
@@ -135,7 +137,7 @@ class TransposeSinker(BlockRewriter):
         if any(p is None for _, p in views):
             return None
         moved = [(int(np.prod(shape_of(u))), p) for u, p in views
-                 if p != _identity(len(p))]
+                 if p != _identity(len(p)) and len(p)]
         if not moved:
             return None
         p = max(moved, key=lambda m: m[0])[1]
@@ -143,8 +145,8 @@ class TransposeSinker(BlockRewriter):
         args = []
         for (u, q), old in zip(views, value.args):
             c = const_value(u)
-            if q == p:
-                args.append(u)
+            if q == p or q == ():
+                args.append(u)  # same view, or a scalar (PrimValue / rank 0)
             elif c is not None and c.ndim <= n:
                 c = c.reshape((1,) * (n - c.ndim) + c.shape).transpose(_inverse(p))
                 args.append(relax.const(np.array(c, order="C"), str(c.dtype)))
