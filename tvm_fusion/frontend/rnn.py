@@ -3,9 +3,9 @@
 TVM 0.27's Relax ONNX importer has no converter for the recurrent ops. Once the input
 shapes are fixed the sequence length is known, so each recurrent node becomes its
 unrolled loop (opsets 7-22, the ONNX operator spec's equations): for every direction the
-input projections of all time steps are one MatMul per gate (``X @ W_g^T + b_g``), and
-each step adds the recurrent MatMul of the previous hidden state and applies the gate
-activations. Only ops whose form is the same in every opset from 7 on are emitted
+input projections of all time steps and gates are one MatMul (``X @ W^T + b``), and each
+step adds one MatMul of the previous hidden state for all gates, splits the gates and
+applies their activations. Only ops whose form is the same in every opset from 7 on are emitted
 (MatMul, Add, Mul, Sub, Reshape, Concat, Transpose, Min, Max and the activations), and
 Split in the form of the model's opset, so the result is valid at that opset. The weights must be
 constants (they are in every exported model); ``sequence_lens``, when given, must be the
@@ -54,21 +54,20 @@ class _Emitter:
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out, **attrs))
         return out
 
-    def pieces(self, x: str, count: int, shape) -> list[str]:
-        """``x`` split in ``count`` along axis 0, each reshaped to ``shape`` (Split takes
-        its sizes as an attribute before opset 13, as an input from 13 on)."""
-        if count == 1:
-            return [self.reshape(x, shape)]
-        outs = [self.name() for _ in range(count)]
-        sizes = [1] * count
+    def split(self, x: str, axis: int, sizes) -> list[str]:
+        """``x`` cut along ``axis`` into pieces of ``sizes`` (Split takes its sizes as an
+        attribute before opset 13, as an input from 13 on)."""
+        if len(sizes) == 1:
+            return [x]
+        outs = [self.name() for _ in sizes]
         if self.opset < 13:
-            node = helper.make_node("Split", [x], outs, name=outs[0] + "_split", axis=0,
-                                    split=sizes)
+            node = helper.make_node("Split", [x], outs, name=outs[0] + "_split", axis=axis,
+                                    split=list(sizes))
         else:
-            node = helper.make_node("Split", [x, self.const(sizes, np.int64)], outs,
-                                    name=outs[0] + "_split", axis=0)
+            node = helper.make_node("Split", [x, self.const(list(sizes), np.int64)], outs,
+                                    name=outs[0] + "_split", axis=axis)
         self.nodes.append(node)
-        return [self.reshape(o, shape) for o in outs]
+        return outs
 
     def reshape(self, x: str, shape) -> str:
         return self.op("Reshape", x, self.const(list(shape), np.int64))
@@ -172,25 +171,26 @@ def _unroll(node, consts, shapes, source, opset) -> _Emitter:
     em = _Emitter(f"{node.name or node.output[0]}_unrolled", W.dtype, opset)
     x = em.op("Transpose", ins[0], perm=[1, 0, 2]) if layout else ins[0]
     # initial states: [dirs, batch, hidden] (layout 0) or [batch, dirs, hidden]
-    zero = np.zeros((batch, hidden))
-    h0, c0 = (em.pieces(em.op("Transpose", s, perm=[1, 0, 2]) if layout else s, dirs,
-                        (batch, hidden)) if s else [em.const(zero)] * dirs for s in ins[5:7])
+    # states are [1, batch, hidden] throughout: MatMul broadcasts over the leading 1
+    h0, c0 = (em.split(em.op("Transpose", s, perm=[1, 0, 2]) if layout else s, 0, [1] * dirs)
+              if s else [em.const(np.zeros((1, batch, hidden)))] * dirs for s in ins[5:7])
     ys, hs, cs = [], [], []
     for d in range(dirs):
         reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
-        step = _Step(op, em, W[d], R[d], B[d], P[d] if P is not None else None, hidden, batch,
+        step = _Step(op, em, R[d], B[d], P[d] if P is not None else None, hidden, batch,
                      params[d * per_dir:(d + 1) * per_dir], attrs)
         h, c = h0[d], c0[d]
-        # input projections of all steps, one MatMul per gate: [seq, batch, hidden]
-        xg = [em.pieces(em.op("MatMul", x, em.const(w.T)), seq, (batch, hidden))
-              for w in step.w_gates]
+        # the input projections of all steps and gates: one MatMul, [seq, batch, G*hidden]
+        xw = em.op("Add", em.op("MatMul", x, em.const(W[d].T)), step.x_bias)
+        xs = em.split(xw, 0, [1] * seq)
         outs = [None] * seq
         for t in (reversed(range(seq)) if reverse else range(seq)):
-            h, c = step([g[t] for g in xg], h, c)
-            outs[t] = em.reshape(h, (1, 1, batch, hidden))
-        ys.append(em.op("Concat", *outs, axis=0) if seq > 1 else outs[0])
-        hs.append(em.reshape(h, (1, batch, hidden)))
-        cs.append(em.reshape(c, (1, batch, hidden)))
+            h, c = step(xs[t], h, c)
+            outs[t] = h
+        y = em.op("Concat", *outs, axis=0) if seq > 1 else outs[0]
+        ys.append(em.reshape(y, (seq, 1, batch, hidden)))
+        hs.append(h)
+        cs.append(c)
     results = [em.op("Concat", *ys, axis=1) if dirs > 1 else ys[0],
                em.op("Concat", *hs, axis=0) if dirs > 1 else hs[0],
                em.op("Concat", *cs, axis=0) if dirs > 1 else cs[0]]
@@ -204,28 +204,28 @@ def _unroll(node, consts, shapes, source, opset) -> _Emitter:
 
 
 class _Step:
-    """One time step of one direction (the ONNX spec's equations; gate order as in W)."""
+    """One time step of one direction (the ONNX spec's equations; gate order as in W):
+    one MatMul of the hidden state for all gates, then a Split into the gates."""
 
-    def __init__(self, op, em, w, r, b, p, hidden, batch, acts, attrs):
+    def __init__(self, op, em, r, b, p, hidden, batch, acts, attrs):
         self.op, self.em, self.hidden, self.acts = op, em, hidden, acts
         gates = _GATES[op]
-        self.w_gates = [w[g * hidden:(g + 1) * hidden] for g in range(gates)]
-        self.r_gates = [em.const(r[g * hidden:(g + 1) * hidden].T) for g in range(gates)]
         wb, rb = b[:gates * hidden], b[gates * hidden:]
-        if op == "GRU" and attrs.get("linear_before_reset", 0):
-            # the h gate's recurrent bias stays inside r * (H R_h^T + Rb_h)
-            self.bias = [em.const(wb[g * hidden:(g + 1) * hidden] + (
-                rb[g * hidden:(g + 1) * hidden] if g < 2 else 0)) for g in range(gates)]
-            self.rb_h = em.const(rb[2 * hidden:])
+        self.lbr = op == "GRU" and bool(attrs.get("linear_before_reset", 0))
+        if op == "GRU":  # z and r share one MatMul; h's reads r * H (or r * (H R_h^T + Rb_h))
+            self.r_zr, self.r_h = em.const(r[:2 * hidden].T), em.const(r[2 * hidden:].T)
+            bias = wb + np.concatenate([rb[:2 * hidden], 0 * rb[2 * hidden:] if self.lbr
+                                        else rb[2 * hidden:]])
+            self.rb_h = em.const(rb[2 * hidden:]) if self.lbr else None
         else:
-            self.bias = [em.const(wb[g * hidden:(g + 1) * hidden] + rb[g * hidden:(g + 1) * hidden])
-                         for g in range(gates)]
-            self.rb_h = None
+            self.r_all = em.const(r.T)
+            bias = wb + rb
+        self.x_bias = em.const(bias)
         self.peep = [em.const(p[k * hidden:(k + 1) * hidden]) for k in range(3)] \
             if p is not None else None
         clip = attrs.get("clip")
-        self.clip = (em.const(np.full((batch, hidden), clip)), em.const(np.full((batch, hidden), -clip))) \
-            if clip is not None else None
+        self.clip = (em.const(np.full((1, batch, hidden), clip)),
+                     em.const(np.full((1, batch, hidden), -clip))) if clip is not None else None
         self.input_forget = bool(attrs.get("input_forget", 0))
 
     def _act(self, k, x):
@@ -235,33 +235,31 @@ class _Step:
         kind, a, b = self.acts[k]
         return self.em.act(kind, x, a, b)
 
-    def _pre(self, g, xt, h):
-        em = self.em
-        return em.op("Add", em.op("Add", xt[g], self.bias[g]), em.op("MatMul", h, self.r_gates[g]))
-
     def __call__(self, xt, h, c):
-        em = self.em
+        em, hid = self.em, self.hidden
         if self.op == "RNN":
-            return self._act(0, self._pre(0, xt, h)), c
-        if self.op == "GRU":  # gates z, r, h
-            z = self._act(0, self._pre(0, xt, h))
-            r = self._act(0, self._pre(1, xt, h))
+            return self._act(0, em.op("Add", xt, em.op("MatMul", h, self.r_all))), c
+        if self.op == "GRU":
+            x_zr, x_h = em.split(xt, 2, [2 * hid, hid])
+            pre_z, pre_r = em.split(em.op("Add", x_zr, em.op("MatMul", h, self.r_zr)), 2,
+                                    [hid, hid])
+            z, r = self._act(0, pre_z), self._act(0, pre_r)
             if self.rb_h is None:
-                rec = em.op("MatMul", em.op("Mul", r, h), self.r_gates[2])
+                rec = em.op("MatMul", em.op("Mul", r, h), self.r_h)
             else:
-                rec = em.op("Mul", r, em.op("Add", em.op("MatMul", h, self.r_gates[2]), self.rb_h))
-            cand = self._act(1, em.op("Add", em.op("Add", xt[2], self.bias[2]), rec))
+                rec = em.op("Mul", r, em.op("Add", em.op("MatMul", h, self.r_h), self.rb_h))
+            cand = self._act(1, em.op("Add", x_h, rec))
             one_minus_z = em.op("Sub", em.const(np.ones((1,))), z)
             return em.op("Add", em.op("Mul", one_minus_z, cand), em.op("Mul", z, h)), c
         # LSTM, gates i, o, f, c; peepholes P = [Pi, Po, Pf]
-        pre_i, pre_o, pre_f = (self._pre(g, xt, h) for g in (0, 1, 2))
+        pre_i, pre_o, pre_f, pre_c = em.split(
+            em.op("Add", xt, em.op("MatMul", h, self.r_all)), 2, [hid] * 4)
         if self.peep is not None:
             pre_i = em.op("Add", pre_i, em.op("Mul", c, self.peep[0]))
             pre_f = em.op("Add", pre_f, em.op("Mul", c, self.peep[2]))
         i = self._act(0, pre_i)
         f = em.op("Sub", em.const(np.ones((1,))), i) if self.input_forget else self._act(0, pre_f)
-        cand = self._act(1, self._pre(3, xt, h))
-        c_new = em.op("Add", em.op("Mul", f, c), em.op("Mul", i, cand))
+        c_new = em.op("Add", em.op("Mul", f, c), em.op("Mul", i, self._act(1, pre_c)))
         if self.peep is not None:
             pre_o = em.op("Add", pre_o, em.op("Mul", c_new, self.peep[1]))
         o = self._act(0, pre_o)
