@@ -166,3 +166,11 @@ def unique() -> onnx.ModelProto:
     ], [_vi("x", T.FLOAT, [6, 2])], [_vi("y", T.FLOAT, [None, 2]), _vi("idx", T.INT64, [None]),
                                      _vi("inv", T.INT64, [None]), _vi("cnt", T.INT64, [None])],
         opset=11)
+
+
+def nonzero_then_cast() -> onnx.ModelProto:
+    """NonZero whose result another op reads (a Cast to float)."""
+    return make("nonzero_cast", [
+        h.make_node("NonZero", ["x"], ["i"], name="nonzero0"),
+        h.make_node("Cast", ["i"], ["y"], to=T.FLOAT),
+    ], [_vi("x", T.FLOAT, [3, 4])], [_vi("y", T.FLOAT, [2, None])])

@@ -142,9 +142,22 @@ def test_unique_with_four_outputs_matches_onnxruntime(tmp_path):
     assert node.library and len(node.results) == 4
 
 
-def test_an_op_after_a_run_time_sized_tensor_is_a_lowering_error():
-    """TVM 0.27 legalizes no reshape of a tensor of unknown size (what Compress feeds
-    the Mul after it): one error saying what and what to do, not a traceback."""
-    model = import_model(oc.compress())
-    with pytest.raises(LoweringError, match="known only at run time.*run that part outside"):
-        build_graph(model.mod)
+def test_ops_after_a_run_time_sized_tensor_match_onnxruntime(tmp_path):
+    """Compress (NonZero, then a take of run-time size) and the Mul after it: every node
+    from the NonZero on is data-dependent, alone, and the result equals ONNX Runtime's."""
+    x = np.array([0.5, -1, 2, 0, -3, 1, 1, 4], np.float32)
+    model, _ = _check_against_ort(oc.compress(), tmp_path, inputs=[x])
+    graph = build_graph(model.mod)
+    plan = make_plan(graph, load_target("host"), "cost")
+    dependent = {n.id for n in graph.nodes if n.data_dependent}
+    assert {"nonzero", "multiply"} <= {graph.nodes[n].op for n in dependent}
+    assert all(len(g.nodes) == 1 for g in plan.groups if set(g.nodes) & dependent)
+
+
+def test_nonzero_read_by_a_kernel_runs_on_the_host_and_is_refused_for_a_gpu(tmp_path):
+    """NonZero is a numpy function in TVM 0.27 (relax.run.nonzero) returning a host
+    tensor: fine on a CPU, refused by name where GPU kernels would read it."""
+    x = np.array([[0.5, -1, 2, 0], [-3, 0, 1, 1], [0, 0, -2, 4]], np.float32)
+    model, _ = _check_against_ort(oc.nonzero_then_cast(), tmp_path, inputs=[x])
+    with pytest.raises(LoweringError, match=r"NonZero node\(s\) 'nonzero0'.*CPU target"):
+        compile_model(model, "a100")

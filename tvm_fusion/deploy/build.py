@@ -154,6 +154,26 @@ def _lowering_passes(target: tvm.target.Target) -> list:
     return backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
 
 
+_HOST_OPS = {"nonzero": "NonZero", "unique": "Unique"}
+
+
+def _refuse_host_calls_on_gpu(model, graph, hw) -> None:
+    """TVM 0.27 runs NonZero and Unique as Python functions over numpy
+    (``relax.run.nonzero``, ``relax.run.unique``) that return a host tensor: on a GPU
+    the kernels reading it would get host memory. Refuse such a build by name."""
+    users = graph.consumers()
+    for node in graph.nodes:
+        if node.library and node.op in _HOST_OPS and users[node.id]:
+            onnx_nodes = [n.name or n.output[0] for n in model.onnx_model.graph.node
+                          if n.op_type.lower() == node.op]
+            raise LoweringError(
+                f"{node.op}#{node.id} (ONNX {_HOST_OPS[node.op]} node(s) "
+                f"{', '.join(map(repr, onnx_nodes[:5]))} of {model.source}) runs on the "
+                f"host in TVM {tvm.__version__} (a numpy function returning a host tensor), "
+                f"and kernels on {hw.name} read its result: compile for a CPU target, or run "
+                "that op and what follows it outside the model", kernel=node.op)
+
+
 def _lower_library_ops(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """TVM's own lowering of the plan's library nodes for ``target``: sort and scan ops
     (topk, sort, cumsum...) to its TOPI kernels (DispatchSortScan: GPU kernels on GPU
@@ -227,6 +247,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     if entry is None and plan is None:
         model, entry = _tuned_before_simplify(model, manifest, logs)
     graph = build_graph(model.mod)
+    if hw.family != "cpu":
+        _refuse_host_calls_on_gpu(model, graph, hw)
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     plan = plan or make_plan(graph, hw, planner)
