@@ -38,8 +38,10 @@ def _verdict(result: dict) -> str:
     recs = [result["stages"].get(s) for s in STAGES]
     if any(r and r["status"] == "traceback" for r in recs):
         return "TRACEBACK"
-    if any(r is None or r["status"] in ("error", "wrong", "blocked") for r in recs):
+    if any(r is None or r["status"] in ("error", "blocked") for r in recs):
         return "fails"
+    if any(r["status"] == "wrong" for r in recs):
+        return "WRONG"
     if any(r["status"] == "skipped" for r in recs):
         return "partial"
     return "passes"
@@ -50,7 +52,7 @@ def render(results: dict[str, dict]) -> str:
     import tvm
 
     counts = {v: sum(_verdict(r) == v for r in results.values())
-              for v in ("passes", "partial", "fails", "TRACEBACK")}
+              for v in ("passes", "partial", "fails", "WRONG", "TRACEBACK")}
     commits = sorted({r.get("commit", "?") for r in results.values()})
     lines = [
         "# Coverage of real models",
@@ -70,7 +72,8 @@ def render(results: dict[str, dict]) -> str:
         f"rows run at commit(s) {', '.join(commits)}.",
         "",
         f"**{len(results)} models: {counts['passes']} pass every stage, "
-        f"{counts['fails']} fail with an error, {counts['TRACEBACK']} hit a traceback"
+        f"{counts['fails']} fail with an error, {counts['WRONG']} build(s) outside the "
+        f"tolerance, {counts['TRACEBACK']} hit a traceback"
         + (f", {counts['partial']} ran with stages skipped" if counts["partial"] else "")
         + ".**",
         "",
