@@ -174,3 +174,42 @@ def nonzero_then_cast() -> onnx.ModelProto:
         h.make_node("NonZero", ["x"], ["i"], name="nonzero0"),
         h.make_node("Cast", ["i"], ["y"], to=T.FLOAT),
     ], [_vi("x", T.FLOAT, [3, 4])], [_vi("y", T.FLOAT, [2, None])])
+
+
+def conv_se_chain(*, channels=16, size=16, seed=0) -> onnx.ModelProto:
+    """Conv-HardSwish, depthwise conv-Relu, squeeze-excite (GlobalAveragePool, 1x1 conv,
+    Relu, 1x1 conv, HardSigmoid, Mul), 1x1 conv, residual Add, Relu, then MaxPool,
+    Resize and Concat: the ops a channel-blocked layout has to keep blocked."""
+    rng = np.random.default_rng(seed)
+    c, q = channels, max(channels // 4, 1)
+
+    def w(*shape):
+        return rng.standard_normal(shape).astype(np.float32) * (2.0 / np.prod(shape[1:])) ** 0.5
+
+    inits = [const("w0", w(c, 3, 3, 3)), const("b0", rng.standard_normal(c) * 0.1),
+             const("wd", w(c, 1, 3, 3)), const("bd", rng.standard_normal(c) * 0.1),
+             const("ws1", w(q, c, 1, 1)), const("bs1", rng.standard_normal(q) * 0.1),
+             const("ws2", w(c, q, 1, 1)), const("bs2", rng.standard_normal(c) * 0.1),
+             const("wp", w(c, c, 1, 1)), const("bp", rng.standard_normal(c) * 0.1),
+             const("scales", [1.0, 1.0, 2.0, 2.0])]
+    return make("conv_se_chain", [
+        h.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1] * 4,
+                    strides=[2, 2]),
+        h.make_node("HardSwish", ["c0"], ["a0"]),
+        h.make_node("Conv", ["a0", "wd", "bd"], ["cd"], kernel_shape=[3, 3], pads=[1] * 4,
+                    group=c),
+        h.make_node("Relu", ["cd"], ["ad"]),
+        h.make_node("GlobalAveragePool", ["ad"], ["s0"]),
+        h.make_node("Conv", ["s0", "ws1", "bs1"], ["s1"], kernel_shape=[1, 1]),
+        h.make_node("Relu", ["s1"], ["s2"]),
+        h.make_node("Conv", ["s2", "ws2", "bs2"], ["s3"], kernel_shape=[1, 1]),
+        h.make_node("HardSigmoid", ["s3"], ["s4"], alpha=1 / 6, beta=0.5),
+        h.make_node("Mul", ["ad", "s4"], ["se"]),
+        h.make_node("Conv", ["se", "wp", "bp"], ["cp"], kernel_shape=[1, 1]),
+        h.make_node("Add", ["cp", "a0"], ["r0"]),
+        h.make_node("Relu", ["r0"], ["r1"]),
+        h.make_node("MaxPool", ["r1"], ["m0"], kernel_shape=[2, 2], strides=[2, 2]),
+        h.make_node("Resize", ["m0", "", "scales"], ["u0"], mode="nearest"),
+        h.make_node("Concat", ["u0", "r1"], ["y"], axis=1),
+    ], [_vi("x", T.FLOAT, [1, 3, size, size])],
+        [_vi("y", T.FLOAT, [1, 2 * c, size // 2, size // 2])], inits, opset=14)

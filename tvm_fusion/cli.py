@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import build_graph, compile_model, load_module, logtools, plan_fusion, tune
+from . import compile_model, load_module, logtools, plan_fusion, tune
 from .costmodel import cli as cost_model_cli
 from .data import shipped_logs_dir
 from .demo import run_demo
@@ -26,6 +26,7 @@ from .frontend.consts import apply_consts, parse_const
 from .gpu.precision import apply_precision
 from .model_spec import load_model_spec
 from .offline import cli as offline_cli
+from .plan import LAYOUTS, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import format_targets_table, list_targets, load_target
 
@@ -87,6 +88,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-simplify", action="store_true", help=SIMPLIFY_HELP)
 
 
+def _add_layout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layout", choices=LAYOUTS, default="auto",
+                   help="activation layout of the convolutions in a fresh plan: auto "
+                        "(default; on CPU targets NCHW or NCHW{c}c, c the vector's fp32 "
+                        "lanes, whichever is predicted faster; GPUs keep NCHW), nchw, "
+                        "nchwc. A plan stored in the logs keeps its own")
+
+
 def cmd_targets(args) -> int:
     print(format_targets_table([load_target(n) for n in list_targets()]))
     return 0
@@ -94,8 +103,7 @@ def cmd_targets(args) -> int:
 
 def cmd_plan(args) -> int:
     model = _model_from_args(args)
-    graph = build_graph(model.mod)
-    plan = plan_fusion(graph, args.target, planner=args.planner)
+    graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout)
     if model.simplified is not None:
         print(model.simplified.summary())
     print(plan.summary())
@@ -128,7 +136,7 @@ def cmd_tune(args) -> int:
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
                   cost_model=args.cost_model, search_space=args.search_space,
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-                  measure="none" if args.dry_run else "device")
+                  measure="none" if args.dry_run else "device", layout=args.layout)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -172,7 +180,7 @@ def cmd_compile(args) -> int:
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
     compiled = compile_model(model, args.target, logs=logs,
-                             allow_other_target=args.allow_other_target)
+                             allow_other_target=args.allow_other_target, layout=args.layout)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
     unmeasured = compiled.info.get("predicted_unmeasured", [])
@@ -333,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="say why OP was or was not fused: a stable name such as "
                          "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
                          "an op name (every node of that op)")
+    _add_layout_arg(pl)
     pl.set_defaults(func=cmd_plan)
 
     tu = sub.add_parser("tune", help="tune the model's kernels and append records to logs",
@@ -370,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="device key the RPC servers registered with "
                          "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
     cost_model_cli.add_tune_flag(tu)
+    _add_layout_arg(tu)
     tu.set_defaults(func=cmd_tune)
 
     c = sub.add_parser("compile", help="build a shared library from the logs, no tuning",
@@ -387,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(refused by default)")
     c.add_argument("-o", "--output", required=True, metavar="OUT.so",
                    help="library to write (OUT.so.json describing it is written beside it)")
+    _add_layout_arg(c)
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run a compiled module, time it, compare with ONNX Runtime",

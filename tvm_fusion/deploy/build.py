@@ -29,8 +29,7 @@ from ..gpu.limits import raise_on_violations
 from ..gpu.rocm import require_rocm_build
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
-from ..graph import build_graph
-from ..plan import FusionPlan, apply_plan, make_plan
+from ..plan import FusionPlan, apply_plan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
@@ -211,7 +210,8 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
-                  planner: str = "cost", allow_other_target: bool = False) -> CompiledModel:
+                  planner: str = "cost", allow_other_target: bool = False,
+                  layout: str = "auto") -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -227,6 +227,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         Planner of a fresh plan when neither ``plan`` nor a stored plan is there.
     allow_other_target : bool
         Use logs whose manifest names another target key or hardware hash.
+    layout : str
+        Convolution layout of a fresh plan (``auto``, ``nchw``, ``nchwc``); a stored or
+        given plan keeps its own.
 
     Returns
     -------
@@ -246,12 +249,14 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     entry = (manifest or {}).get("models", {}).get(model.model_hash)
     if entry is None and plan is None:
         model, entry = _tuned_before_simplify(model, manifest, logs)
-    graph = build_graph(model.mod)
-    if hw.family != "cpu":
-        _refuse_host_calls_on_gpu(model, graph, hw)
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
-    plan = plan or make_plan(graph, hw, planner)
+    if plan is None:
+        graph, plan = plan_model(model.mod, hw, planner, layout=layout)
+    else:  # the layout the plan was made in
+        graph = graph_for_plan(model.mod, plan)
+    if hw.family != "cpu":
+        _refuse_host_calls_on_gpu(model, graph, hw)
     mod = apply_plan(graph, plan)
     tdir = target_dir(logs, hw.name) if logs else None
     db = open_database(tdir, create=False) if logs else None

@@ -23,8 +23,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LogError
-from ..graph import build_graph
-from ..plan import FusionPlan, apply_plan
+from ..plan import FusionPlan, apply_plan, graph_for_plan
 from ..targets import as_target
 from ..tune.fast_import import build_kernel, import_tensor_intrinsics
 from ..tune.logdb import is_measured, read_run_times
@@ -167,7 +166,8 @@ def _tuned_tasks(model, target, logs):
     if entry is None:
         raise LogError(f"{tdir} holds no records for model {model.source!r} (hash "
                        f"{model.model_hash}); tune it first: tvm-fusion tune")
-    fused = apply_plan(build_graph(model.mod), FusionPlan.from_json(entry["plan"]))
+    plan = FusionPlan.from_json(entry["plan"])
+    fused = apply_plan(graph_for_plan(model.mod, plan), plan)
     return hw, tdir, entry, ms.relax_integration.extract_tasks(fused, hw.tvm_target())
 
 

@@ -28,7 +28,8 @@ from tvm import relax
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LoweringError, PlanError
-from .wide_softmax import LEGALIZE_MAP
+from .layout import LEGALIZE_MAP as _PACKED_CONV
+from .wide_softmax import LEGALIZE_MAP as _WIDE_SOFTMAX
 
 # TVM's OpPatternKind values (include/tvm/relax/op_attr_types.h).
 _PATTERN_KIND = {0: "elemwise", 1: "broadcast", 2: "injective", 3: "reduction",
@@ -137,7 +138,7 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
     """Lower every Relax operator to a call_tir of an annotated PrimFunc."""
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_MAP),
+        relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),

@@ -13,6 +13,7 @@ from .compare import PlanComparison
 from .cost import AnalyticalCostModel, GroupCost
 from .cost_planner import describe_plan, plan_cost
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
+from .layout import LAYOUTS, choose_layout, graph_for_plan, graph_in_layout
 
 PLANNERS = ("fuseops", "cost")
 
@@ -27,6 +28,18 @@ def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
         raise PlanError(f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}")
     edges = tuple((i, n.id) for n in graph.nodes for i in dict.fromkeys(n.inputs))
     return dataclasses.replace(plan, edges=edges)
+
+
+def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto"):
+    """Choose the convolutions' layout of module ``mod`` on ``hw`` (``layout``: ``auto``,
+    ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it.
+
+    Returns
+    -------
+    (OpGraph, FusionPlan)
+    """
+    hw = as_target(hw)
+    return choose_layout(mod, hw, lambda g, h: make_plan(g, h, planner), layout=layout)
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
@@ -51,6 +64,7 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     """
     return make_plan(graph, as_target(target), planner)
 
-__all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "PLANNERS",
+__all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS",
            "PlanComparison", "RejectedMerge", "apply_plan", "check_plan", "describe_plan",
-           "make_plan", "plan_cost", "plan_fusion", "plan_from_groups", "plan_fuseops"]
+           "graph_for_plan", "graph_in_layout", "make_plan", "plan_cost", "plan_fusion",
+           "plan_from_groups", "plan_fuseops", "plan_model"]

@@ -27,7 +27,11 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
 ``compute_us``
     sum of FLOPs / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
     bf16 and int8 contractions where the target has one, else ``<dtype>_vector``
-    (fp32_vector when the dtype has no entry).
+    (fp32_vector when the dtype has no entry). CPUs: a contraction's FLOPs are divided
+    by its lane utilisation, ``min(1, innermost output extent / lanes)`` (lanes =
+    ``vector_width_bits`` / dtype bits): its vectors run along the contiguous innermost
+    dim, W of an NCHW conv (7 of 16 lanes at W=7), the channel block of an NCHW{c}c one
+    (:mod:`~tvm_fusion.plan.layout` prices one layout against the other with it).
 ``memory_us``
     ``dram_bytes / dram_bandwidth_gbs``.
 ``tiles``, ``parallel_fraction``
@@ -170,8 +174,18 @@ def _contraction(model, nid, members, terms):
     node = model.graph.nodes[nid]
     dtype = model.operand_dtype(nid)
     terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True)
+    terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True) \
+        / lane_utilisation(model.hw, node)
     terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
+
+
+def lane_utilisation(hw, node) -> float:
+    """CPUs: the share of a vector's lanes a contraction's innermost output dim fills
+    (``min(1, extent / lanes)``); 1 on GPUs and for unknown extents."""
+    if hw.family != "cpu" or not node.shape or int(node.shape[-1]) <= 0:
+        return 1.0
+    lanes = max(int(hw.vector_width_bits) // tvm_bits(node.dtype), 1)
+    return min(1.0, int(node.shape[-1]) / lanes)
 
 
 @cost_rule("reduction")

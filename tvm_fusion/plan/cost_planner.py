@@ -343,4 +343,5 @@ def describe_plan(graph: OpGraph, hw, plan: FusionPlan) -> FusionPlan:
             decided_by="op-kind rules" if len(g.nodes) > 1 else g.decided_by,
             pattern=g.pattern))
     return FusionPlan(target=plan.target, graph_signature=plan.graph_signature,
-                      planner=plan.planner, groups=tuple(groups), notes=plan.notes)
+                      planner=plan.planner, groups=tuple(groups), notes=plan.notes,
+                      layout=plan.layout, layout_reason=plan.layout_reason)

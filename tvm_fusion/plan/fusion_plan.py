@@ -86,6 +86,11 @@ class FusionPlan:
 
     ``edges`` holds the graph's producer -> consumer node-id pairs, so that a plan
     read back from JSON can still be drawn (``explore.plan_html``); it is not in the hash.
+
+    ``layout`` is the activation layout of the module's convolutions the graph was built
+    in (``NCHW`` or ``NCHW{c}c``, :mod:`~tvm_fusion.plan.layout`) and ``layout_reason``
+    why; a plan written before the field existed is ``NCHW``. The graph signature
+    already differs between layouts, so the layout is not in the hash.
     """
 
     target: str
@@ -95,6 +100,8 @@ class FusionPlan:
     notes: tuple[str, ...] = field(default=())
     rejected: tuple[RejectedMerge, ...] = field(default=())
     edges: tuple[tuple[int, int], ...] = field(default=())
+    layout: str = "NCHW"
+    layout_reason: str = ""
 
     @property
     def est_us(self) -> float:
@@ -141,7 +148,8 @@ class FusionPlan:
         plan = cls(target=d["target"], graph_signature=d["graph_signature"],
                    planner=d["planner"], groups=groups, notes=tuple(d.get("notes", ())),
                    rejected=rejected,
-                   edges=tuple((int(a), int(b)) for a, b in d.get("edges", ())))
+                   edges=tuple((int(a), int(b)) for a, b in d.get("edges", ())),
+                   layout=d.get("layout", "NCHW"), layout_reason=d.get("layout_reason", ""))
         if d.get("hash") not in (None, plan.hash):
             raise PlanError(f"plan hash mismatch: file says {d['hash']}, content gives "
                             f"{plan.hash}; the plan was edited by hand or is corrupt")
@@ -171,6 +179,8 @@ class FusionPlan:
         rows.append(f"{len(self.groups)} kernels, predicted {self.est_us:.1f} us on "
                     f"{self.target} (planner: {self.planner}), {_fmt_bytes(kept)} kept "
                     f"on chip; {len(self.rejected)} merges rejected")
+        if self.layout_reason or self.layout != "NCHW":
+            rows.append(f"layout {self.layout}: {self.layout_reason or 'as stored'}")
         return "\n".join(rows)
 
     def _matches(self, op: str | int) -> list[tuple[int, int]]:
@@ -189,8 +199,11 @@ class FusionPlan:
         Parameters
         ----------
         op : str or int
-            A node id, a stable name ``softmax#21``, or an op name (every node of it).
+            A node id, a stable name ``softmax#21``, or an op name (every node of it);
+            ``"layout"``: the activation layout and why it was chosen.
         """
+        if op == "layout":
+            return f"layout {self.layout}: {self.layout_reason or 'as stored with the plan'}"
         found = self._matches(op)
         if not found:
             known = ", ".join([n for g in self.groups for n in g.ops][:4])

@@ -27,8 +27,7 @@ from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
-from ..graph import build_graph
-from ..plan import FusionPlan, make_plan
+from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .fast_import import build_kernel, import_tensor_intrinsics
@@ -99,7 +98,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          cost_model: str | Path | None = "auto",
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
-         measure: str = "device") -> TuneReport:
+         measure: str = "device", layout: str = "auto") -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -120,6 +119,9 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     planner : str
         ``"fuseops"`` or ``"cost"`` (see :func:`~tvm_fusion.plan_fusion`), used when
         neither ``plan`` nor a stored plan is there.
+    layout : str
+        Convolution layout of a fresh plan: ``auto`` (by predicted time), ``nchw`` or
+        ``nchwc`` (:mod:`~tvm_fusion.plan.layout`); a stored plan keeps its own.
     progress : bool
         Draw a progress bar on stderr.
     seed : int
@@ -173,7 +175,6 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         check_local_device(tvm_target, hw.name)
     space = _resolve_space(search_space, tvm_target)
     runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)
-    graph = build_graph(model.mod)
     tdir = target_dir(logs, hw.name)
     check_writable(tdir)  # before planning and building, not after
     orphans = orphaned_records(tdir)
@@ -188,7 +189,9 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
-        plan = make_plan(graph, hw, planner)
+        graph, plan = plan_model(model.mod, hw, planner, layout=layout)
+    else:  # the layout the plan was made in
+        graph = graph_for_plan(model.mod, plan)
     plan, _, tasks = make_schedulable(graph, plan, hw, tvm_target)
     if entry is None or entry["plan"]["hash"] != plan.hash:
         entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),

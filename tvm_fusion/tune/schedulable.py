@@ -73,6 +73,7 @@ def make_schedulable(graph: OpGraph, plan: FusionPlan, hw, target: tvm.target.Ta
             notes.append(f"{g.name} split into {len(pieces)} kernels: MetaSchedule's "
                          f"rules cannot schedule it ({bad[g.name]})")
         split = plan_from_groups(graph, groups, hw, planner=plan.planner)
-        plan = replace(describe_plan(graph, hw, split), notes=tuple(notes), edges=plan.edges)
+        plan = replace(describe_plan(graph, hw, split), notes=tuple(notes), edges=plan.edges,
+                       layout=plan.layout, layout_reason=plan.layout_reason)
     fused = apply_plan(graph, plan)
     return plan, fused, ms.relax_integration.extract_tasks(fused, target)

@@ -1,0 +1,114 @@
+"""Channel-blocked conv layouts (NCHW{c}c) as a planner decision: every layout the planner
+can choose compiles and matches ONNX Runtime, the choice follows the target, and the
+plan stored with the logs rebuilds the graph it was tuned in."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import onnx_cases as oc
+from tvm_fusion import compile_model, import_model, load_module, load_target, tune
+from tvm_fusion.cli import main
+from tvm_fusion.errors import PlanError
+from tvm_fusion.graph.layout import convert_layout, count_blocked_convs
+from tvm_fusion.plan import FusionPlan, graph_for_plan, plan_model
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+
+
+@pytest.fixture(scope="module")
+def chain():
+    proto = oc.conv_se_chain()
+    model = import_model(proto)
+    inputs = random_inputs(model.inputs, seed=3)
+    return proto, model, inputs, run_onnxruntime(proto, inputs)
+
+
+def _ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "NCHW16c", "NCHW8c", "NCHW4c"])
+def test_every_layout_compiles_and_matches_onnxruntime(chain, layout, tmp_path):
+    proto, model, inputs, want = chain
+    compiled = compile_model(model, "host", layout=layout)
+    assert compiled.plan.layout == {"nchw": "NCHW"}.get(layout, layout)
+    got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], want[0]) < 1e-5
+    blocked = [k for k in compiled.kernels if "NCHWc" in k]
+    # the 3-channel stem keeps NCHW; the depthwise and the 16-channel 1x1 convs block
+    # (at 4c the squeeze-excite's 4-channel convs too)
+    assert len(blocked) >= (0 if layout == "nchw" else 2)
+
+
+def test_blocked_graph_keeps_se_pool_and_residual_blocked(chain):
+    _, model, _, _ = chain
+    mod = convert_layout(model.mod, "NCHW16c")
+    assert count_blocked_convs(mod) == (2, 5)
+    _, plan = plan_model(model.mod, "x86_avx512", layout="nchwc")
+    graph = graph_for_plan(model.mod, plan)
+    shapes = {n.op: n.shape for n in graph.nodes}
+    assert shapes["mean"] == (1, 1, 1, 1, 16)  # squeeze-excite's pool, blocked
+    assert shapes["max_pool2d"] == (1, 1, 4, 4, 16)
+    # weights' OIHW -> OIHW16o transforms folded at import: every transform left
+    # reads an activation (4 byte per element, at most the 8x8x16 map)
+    moves = [n for n in graph.nodes if "layout_transform" in n.op]
+    assert 0 < len(moves) <= 5 and all(n.bytes_read <= 4 * 16 * 8 * 8 for n in moves)
+
+
+def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
+    _, model, _, _ = chain
+    _, cpu = plan_model(model.mod, "x86_avx512")
+    assert cpu.layout == "NCHW16c"
+    assert "against" in cpu.layout_reason and "layout transforms" in cpu.layout_reason
+    _, avx2 = plan_model(model.mod, "x86_avx2")
+    assert avx2.layout == "NCHW8c"
+    _, gpu = plan_model(model.mod, "a100")
+    assert gpu.layout == "NCHW" and "cuda target" in gpu.layout_reason
+    with pytest.raises(PlanError, match="is for CPU targets"):
+        plan_model(model.mod, "a100", layout="nchwc")
+    back = FusionPlan.from_json(json.loads(json.dumps(cpu.to_json())))
+    assert back.layout == "NCHW16c" and back.layout_reason == cpu.layout_reason
+
+
+def test_old_plan_without_layout_is_nchw(chain):
+    _, model, _, _ = chain
+    _, plan = plan_model(model.mod, "host", layout="nchw")
+    d = plan.to_json()
+    del d["layout"], d["layout_reason"]
+    old = FusionPlan.from_json(d)
+    assert old.layout == "NCHW" and old.hash == plan.hash
+    assert graph_for_plan(model.mod, old).signature == plan.graph_signature
+
+
+def test_plan_cli_explains_the_layout_and_refuses_a_bad_one(tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(oc.conv_se_chain().SerializeToString())
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(path), "-t", "x86_avx512", "--explain", "layout",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "layout NCHW16c: predicted" in text
+    assert json.loads(out.read_text())["layout"] == "NCHW16c"
+    with pytest.raises(SystemExit) as e:
+        main(["plan", str(path), "--layout", "nhwc"])
+    assert e.value.code == 2
+
+
+def test_tuned_nchwc_plan_round_trips_through_the_logs(chain, tmp_path):
+    proto, model, inputs, want = chain
+    logs = tmp_path / "logs"
+    report = tune(model, "host", trials=4, logs=logs, layout="nchwc", progress=False,
+                  cost_model=None)
+    assert report.plan.layout.startswith("NCHW") and report.plan.layout != "NCHW"
+    tuned = {t.name for t in report.tasks if t.best_us is not None}
+    assert tuned
+    # compile asks for NCHW, the stored plan wins: the graph that was tuned
+    compiled = compile_model(model, "host", logs=logs, layout="nchw")
+    assert compiled.plan.hash == report.plan.hash
+    assert compiled.plan.layout == report.plan.layout
+    assert tuned <= set(compiled.kernels) and not tuned & set(compiled.untuned)
+    got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], want[0]) < 1e-5

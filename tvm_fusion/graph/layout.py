@@ -1,0 +1,171 @@
+"""Channel-blocked activation layouts (NCHW{c}c) for the convolutions of a Relax module.
+
+In NCHW only W is contiguous, so a convolution (a depthwise one above all) cannot hold
+channels in vector lanes. :func:`convert_layout` runs Relax's ``ConvertLayout`` with
+``NCHW{c}c`` data and ``OIHW{c}o`` weights for every ``conv2d`` whose channels divide
+by ``c`` (the others, e.g. a stem conv on 3 input channels, keep NCHW); elementwise and
+broadcast ops, ``mean`` (global average pooling, squeeze-excite), ``max_pool2d`` /
+``avg_pool2d`` and ``concat`` of blocked tensors stay blocked, and a ``layout_transform``
+is inserted wherever an op needs NCHW (``resize2d``, reshapes, the model's outputs). The
+weights' OIHW -> OIHW{c}o transforms are constants and fold at once (``FoldConstant``),
+so they never run per inference.
+
+TVM's default legalization refuses packed conv layouts; :func:`legalize_packed_conv2d`
+(in the graph stage's legalization map) lowers them, as TVM's Adreno backend does with
+``topi.nn.conv2d_NCHWc_OIHWo``, with a compute of its own for grouped and depthwise
+convolutions, whose group index that TOPI function divides by zero (it assumes
+groups <= channel chunks).
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import relax, te, topi
+from tvm.relax.transform.legalize_ops import manipulate as stock_manipulate
+from tvm.relax.transform.legalize_ops import nn as stock
+from tvm.topi.utils import get_const_tuple
+
+from ..errors import PlanError
+
+NCHW = "NCHW"
+_BLOCKED = re.compile(r"^NCHW(\d+)c$")
+
+
+def block_of(layout: str) -> int:
+    """Channel block ``c`` of ``NCHW{c}c`` (0 for plain NCHW).
+
+    Raises
+    ------
+    PlanError
+        ``layout`` is neither ``NCHW`` nor ``NCHW{c}c``.
+    """
+    if layout == NCHW:
+        return 0
+    m = _BLOCKED.match(layout)
+    if not m or int(m.group(1)) < 2:
+        raise PlanError(f"unknown activation layout {layout!r}; expected 'NCHW' or "
+                        "'NCHW{c}c' with c >= 2 (e.g. NCHW16c)")
+    return int(m.group(1))
+
+
+def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
+    """``mod`` with its conv2d ops in ``layout`` (``NCHW`` returns ``mod`` unchanged).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module before legalization (``ImportedModel.mod``), its weights constants.
+    layout : str
+        ``NCHW`` or ``NCHW{c}c``.
+
+    Returns
+    -------
+    tvm.IRModule
+        Still unlegalized; weight transforms folded into the constants.
+    """
+    c = block_of(layout)
+    if not c:
+        return mod
+    seq = tvm.transform.Sequential([
+        relax.transform.ConvertLayout({"relax.nn.conv2d": [f"NCHW{c}c", f"OIHW{c}o"]}),
+        relax.transform.Normalize(),
+        relax.transform.FoldConstant(),
+        # ConvertLayout blocks a tensor once per blocked reader (a residual's two paths)
+        relax.transform.EliminateCommonSubexpr(),
+    ])
+    return seq(mod)
+
+
+def count_blocked_convs(mod: tvm.IRModule) -> tuple[int, int]:
+    """``(blocked, all)`` conv2d calls of ``main`` (before legalization)."""
+    found = [0, 0]
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d":
+            found[1] += 1
+            found[0] += bool(_BLOCKED.match(str(e.attrs.data_layout)))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found[0], found[1]
+
+
+def _conv2d_nchwc(data: te.Tensor, kernel: te.Tensor, strides, padding, dilation, groups: int,
+                  out_dtype: str) -> te.Tensor:
+    """conv2d of NCHW{c}c data and OIHW{o}o weights, any ``groups``."""
+    n, ic_chunk, ih, iw, ic_bn = get_const_tuple(data.shape)
+    oc_chunk, ic_group, kh_, kw_, oc_bn = get_const_tuple(kernel.shape)
+    out_per_group = oc_chunk * oc_bn // groups
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    oh_ = (ih + top + bottom - (kh_ - 1) * dh - 1) // sh + 1
+    ow_ = (iw + left + right - (kw_ - 1) * dw - 1) // sw + 1
+    padded = data
+    if top or left or bottom or right:
+        padded = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0),
+                             name="conv2d_data_pad")
+    ic = te.reduce_axis((0, ic_group), name="ic")
+    kh = te.reduce_axis((0, kh_), name="kh")
+    kw = te.reduce_axis((0, kw_), name="kw")
+    depthwise = ic_group == 1 and out_per_group == 1 and oc_bn == ic_bn
+
+    def compute(b, occ, oh, ow, ocb):
+        h, w = oh * sh + kh * dh, ow * sw + kw * dw
+        if depthwise:  # channel o reads channel o: same chunk, same lane
+            x = padded[b, occ, h, w, ocb]
+        else:
+            ch = (occ * oc_bn + ocb) // out_per_group * ic_group + ic
+            x = padded[b, ch // ic_bn, h, w, ch % ic_bn]
+        return te.sum(x.astype(out_dtype) * kernel[occ, ic, kh, kw, ocb].astype(out_dtype),
+                      axis=[ic, kh, kw])
+
+    return te.compute((n, oc_chunk, oh_, ow_, oc_bn), compute, name="conv2d_NCHWc",
+                      tag="conv2d_NCHWc")
+
+
+def legalize_packed_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize ``relax.nn.conv2d``: NCHW{c}c data with OIHW{c}o weights here, any other
+    layout by TVM's own legalization."""
+    attrs = call.attrs
+    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    m = _BLOCKED.match(data_layout)
+    if not m or str(attrs.out_layout) != data_layout \
+            or not re.fullmatch(r"OIHW\d+o", kernel_layout):
+        return stock._nn_conv2d(bb, call)  # pylint: disable=protected-access
+    out_dtype = attrs.out_dtype
+    if out_dtype is None or str(out_dtype) in ("", "void", "None"):
+        out_dtype = call.args[0].ty.dtype
+    out_dtype = str(out_dtype)
+    return bb.call_te(_conv2d_nchwc, call.args[0], call.args[1], list(attrs.strides),
+                      list(attrs.padding), list(attrs.dilation), int(attrs.groups), out_dtype,
+                      primfunc_name_hint="conv2d_NCHWc")
+
+
+def legalize_layout_transform(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize a bijective ``relax.layout_transform`` (NCHW <-> NCHW{c}c) as a compute
+    over its output, ``out[j] = x[inverse(j)]``: an injective kernel that fuses into its
+    neighbours (TVM's own writes through the map, a scatter AnnotateTIROpPattern calls
+    opaque). Padding transforms keep TVM's legalization."""
+    x = call.args[0]
+    index_map = call.attrs.index_map
+    shape = list(x.ty.shape.values) if x.ty.shape is not None else None
+    if shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in shape):
+        return stock_manipulate._layout_transform(bb, call)  # pylint: disable=protected-access
+    _, pad = index_map.non_surjective_inverse(shape)
+    if not (isinstance(pad, tvm.tirx.IntImm) and int(pad) == 0):
+        return stock_manipulate._layout_transform(bb, call)  # pylint: disable=protected-access
+    inverse = index_map.inverse(shape)
+    out_shape = index_map.map_shape(shape)
+
+    def transform(data):
+        return te.compute(out_shape, lambda *j: data[tuple(inverse.map_indices(list(j)))],
+                          name="T_layout_trans")
+
+    return bb.call_te(transform, x, primfunc_name_hint="layout_transform")
+
+
+LEGALIZE_MAP = {"relax.nn.conv2d": legalize_packed_conv2d,
+                "relax.layout_transform": legalize_layout_transform}
+"""The graph stage's legalization of packed conv2d (merged into its map)."""
