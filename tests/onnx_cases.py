@@ -213,3 +213,85 @@ def conv_se_chain(*, channels=16, size=16, seed=0) -> onnx.ModelProto:
         h.make_node("Concat", ["u0", "r1"], ["y"], axis=1),
     ], [_vi("x", T.FLOAT, [1, 3, size, size])],
         [_vi("y", T.FLOAT, [1, 2 * c, size // 2, size // 2])], inits, opset=14)
+
+
+def int8_weight_matmul(rows=16, k=64, n=48, *, zero_point=False) -> onnx.ModelProto:
+    """A weight-only int8 GEMM as exporters write it: an int8 initializer -> Cast ->
+    (Sub of a zero point) -> Mul by a per-column scale -> MatMul, then Add and Relu."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    nodes = [h.make_node("Cast", ["w"], ["wf"], to=T.FLOAT, name="w_cast")]
+    if zero_point:
+        nodes.append(h.make_node("Sub", ["wf", "zp"], ["wz"], name="w_sub"))
+    nodes += [
+        h.make_node("Mul", ["wz" if zero_point else "wf", "scale"], ["wd"], name="w_scale"),
+        h.make_node("MatMul", ["x", "wd"], ["p"], name="matmul0"),
+        h.make_node("Add", ["p", "b"], ["pb"]),
+        h.make_node("Relu", ["pb"], ["y"]),
+    ]
+    return make("int8_weight_matmul", nodes, [_vi("x", T.FLOAT, [rows, k])],
+                [_vi("y", T.FLOAT, [rows, n])],
+                [nh.from_array(w, "w"), const("scale", rng.uniform(0.001, 0.01, (n,))),
+                 const("zp", rng.integers(-3, 3, (n,))), const("b", rng.standard_normal(n))])
+
+
+def quant_halves(scale: float, lo: int = -140, hi: int = 140) -> np.ndarray:
+    """float32 x with ``x / scale`` exactly on ``k + 0.5`` for k in [lo, hi) where such x
+    exists (so round-half-even is what decides), plus out-of-range k (saturation)."""
+    s = np.float32(scale)
+    out = []
+    for k in range(lo, hi):
+        c = np.float32((k + 0.5) * float(s))
+        for x in (c, np.nextafter(c, np.float32(np.inf)), np.nextafter(c, np.float32(-np.inf))):
+            if np.float32(x) / s == np.float32(k + 0.5):
+                out.append(x)
+                break
+    return np.array(out, np.float32)
+
+
+def quantize_ops(n: int) -> onnx.ModelProto:
+    """QuantizeLinear (int8, uint8, per-axis, no zero point) and DynamicQuantizeLinear
+    side by side, one output each; inputs ``a``/``b`` of shape (n,), ``c`` (2, n), ``d``
+    (n,)."""
+    return make("quantize_ops", [
+        h.make_node("QuantizeLinear", ["a", "sa", "za"], ["qa"], name="q_int8"),
+        h.make_node("QuantizeLinear", ["b", "sb", "zb"], ["qb"], name="q_uint8"),
+        h.make_node("QuantizeLinear", ["c", "sc", "zc"], ["qc"], axis=0, name="q_axis"),
+        h.make_node("QuantizeLinear", ["b", "sb"], ["qn"], name="q_nozp"),
+        h.make_node("DynamicQuantizeLinear", ["d"], ["qd", "sd", "zd"], name="dql"),
+    ], [_vi("a", T.FLOAT, [n]), _vi("b", T.FLOAT, [n]), _vi("c", T.FLOAT, [2, n]),
+        _vi("d", T.FLOAT, [n])],
+        [_vi("qa", T.INT8, [n]), _vi("qb", T.UINT8, [n]), _vi("qc", T.INT8, [2, n]),
+         _vi("qn", T.UINT8, [n]), _vi("qd", T.UINT8, [n]), _vi("sd", T.FLOAT, []),
+         _vi("zd", T.UINT8, [])],
+        [const("sa", 0.0123), const("za", 1, np.int8), const("sb", 0.37),
+         const("zb", 128, np.uint8), const("sc", [0.0123, 0.37]), const("zc", [-3, 5], np.int8)])
+
+
+def integer_gemms(seed=0) -> onnx.ModelProto:
+    """ConvInteger, MatMulInteger, QLinearConv (per-channel weights, int32 bias) and
+    QLinearMatMul on uint8 activations ``x`` (1, 8, 6, 6) and ``m`` (6, 32)."""
+    rng = np.random.default_rng(seed)
+    u8 = lambda *s: rng.integers(0, 256, s).astype(np.uint8)  # noqa: E731
+    s8 = lambda *s: rng.integers(-128, 128, s).astype(np.int8)  # noqa: E731
+    inits = [
+        nh.from_array(u8(16, 8, 3, 3), "wu"), const("xz", 131, np.uint8),
+        const("wuz", 120, np.uint8),
+        nh.from_array(s8(32, 24), "wm"), const("wmz", 3, np.int8),
+        const("xs", 0.02), nh.from_array(s8(16, 8, 3, 3), "wq"),
+        const("wqs", rng.uniform(0.002, 0.01, 16)), const("wqz", np.zeros(16), np.int8),
+        const("ys", 0.05), const("yz", 110, np.uint8),
+        const("bq", rng.integers(-2000, 2000, 16), np.int32),
+        const("ms", 0.03), const("wms", 0.004), const("ys2", 0.7), const("yz2", 120, np.uint8),
+    ]
+    return make("integer_gemms", [
+        h.make_node("ConvInteger", ["x", "wu", "xz", "wuz"], ["ci"], pads=[1, 1, 1, 1],
+                    name="conv_integer"),
+        h.make_node("MatMulInteger", ["m", "wm", "xz", "wmz"], ["mi"], name="matmul_integer"),
+        h.make_node("QLinearConv", ["x", "xs", "xz", "wq", "wqs", "wqz", "ys", "yz", "bq"],
+                    ["qc"], strides=[2, 2], name="qlinear_conv"),
+        h.make_node("QLinearMatMul", ["m", "ms", "xz", "wm", "wms", "wmz", "ys2", "yz2"],
+                    ["qm"], name="qlinear_matmul"),
+    ], [_vi("x", T.UINT8, [1, 8, 6, 6]), _vi("m", T.UINT8, [6, 32])],
+        [_vi("ci", T.INT32, [1, 16, 6, 6]), _vi("mi", T.INT32, [6, 24]),
+         _vi("qc", T.UINT8, [1, 16, 2, 2]), _vi("qm", T.UINT8, [6, 24])], inits)

@@ -19,14 +19,17 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from tvm_fusion.errors import ModelImportError, UnsupportedOpError
 
+from .quant import CONVERTERS
 from .shapes import TensorInfo
 
 # Handled inside the converter's node loop rather than through its converter map.
 _BUILTIN_OPS = frozenset({"If", "Constant"})
-# Integer ops that onnxruntime.quantization.quantize_dynamic writes (standard and contrib).
+# onnxruntime's contrib (com.microsoft) integer ops, which quantize_dynamic and
+# quantize_static write with some options; the standard ones are converted.
 _DYNAMIC_QUANT_OPS = frozenset({
-    "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeLSTM",
-    "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention"})
+    "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention",
+    "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearConcat", "QLinearGlobalAveragePool",
+    "QGemm", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearAveragePool"})
 
 
 def check_supported(model: onnx.ModelProto, source: str) -> None:
@@ -35,7 +38,7 @@ def check_supported(model: onnx.ModelProto, source: str) -> None:
     Nodes inside ``If`` branches are checked too: the converter walks them as well. Ops
     outside the default domain are named with it (``com.microsoft.DynamicQuantizeLSTM``).
     """
-    supported = set(onnx_frontend._get_convert_map()) | _BUILTIN_OPS  # noqa: SLF001
+    supported = set(onnx_frontend._get_convert_map()) | _BUILTIN_OPS | set(CONVERTERS)  # noqa: SLF001
     missing: dict[str, list[str]] = {}
     for node in _all_nodes(model.graph):
         if node.op_type not in supported:
@@ -45,10 +48,11 @@ def check_supported(model: onnx.ModelProto, source: str) -> None:
         rows = [f"  {op}: {len(names)} node(s), e.g. {names[0]!r}"
                 for op, names in sorted(missing.items())]
         dynamic = sorted(op for op in missing if op.rpartition(".")[2] in _DYNAMIC_QUANT_OPS)
-        fix = (f"{', '.join(dynamic)} come from dynamic quantization (onnxruntime's "
-               "quantize_dynamic), which TVM cannot import: give the float model, or "
-               "quantize it statically in QDQ form (quantize_static with QuantFormat.QDQ: "
-               "QuantizeLinear/DequantizeLinear pairs, which TVM imports)." if dynamic else
+        fix = (f"{', '.join(dynamic)} are onnxruntime contrib (com.microsoft) integer ops, "
+               "which TVM cannot import: quantize the float model with standard ops "
+               "(quantize_static with QuantFormat.QDQ, or quantize_dynamic, which writes "
+               "DynamicQuantizeLinear + MatMulInteger/ConvInteger; all of these import)."
+               if dynamic else
                "Re-export the model without them (e.g. a lower opset or decomposed ops).")
         raise UnsupportedOpError(
             f"{source} uses {len(missing)} operator type(s) that TVM's ONNX importer "
@@ -99,10 +103,18 @@ class _TrackingImporter(onnx_frontend.ONNXGraphImporter):
             self.current_node = (value_proto.op_type, _node_label(value_proto))
         return super()._parse_value_proto(value_proto)
 
+    def _check_for_unsupported_ops(self, graph):
+        # check_supported() ran already, knowing the converters of frontend/quant.py.
+        return None
+
     def _convert_operator(self, op_name, inputs, attrs, opset):
         # Also the only hook on nodes inside If branches.
         self.current_node = (op_name, attrs.get("tvm_custom", {}).get("name") or
                              self.current_node[1])
+        if op_name in CONVERTERS:  # integer ops (frontend/quant.py)
+            sym = CONVERTERS[op_name](self.bb, inputs, attrs, opset)
+            if sym is not None:
+                return self.bb.normalize(sym)
         return super()._convert_operator(op_name, inputs, attrs, opset)
 
 

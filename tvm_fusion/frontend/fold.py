@@ -33,6 +33,12 @@ _NEVER_FOLD = frozenset({
     "DynamicQuantizeLinear",
 })
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# Integer tensors of more elements than this are weights, not shape constants: a Cast of
+# one to float is kept (int8 weight -> Cast -> Mul(scale) stays an int8 constant and a
+# dequantize the planner fuses into its GEMM) instead of folding into 4x the bytes.
+INT_WEIGHT_ELEMENTS = 1024
+_WEIGHT_INTS = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT4,
+                onnx.TensorProto.UINT4, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
 
 
 def fix_input_shapes(model: onnx.ModelProto,
@@ -171,6 +177,8 @@ def _try_fold(node, known, values, static, opset,
     names = [i for i in node.input if i]
     if not all(i in known or i in values for i in names):
         return None
+    if node.op_type in ("Cast", "CastLike") and _is_int_weight(names[0], known, values):
+        return None
     # A Constant is already in the model, whatever its size; other ops may not grow it much.
     in_size = sum(values[i].size if i in values else math.prod(known[i].dims) for i in names)
     budget = math.inf if node.op_type == "Constant" else max(MAX_FOLD_ELEMENTS, in_size)
@@ -187,6 +195,15 @@ def _try_fold(node, known, values, static, opset,
         return None
     # Results come for the named outputs only, in order (an omitted optional one is "").
     return dict(zip([o for o in node.output if o], results))
+
+
+def _is_int_weight(name: str, known, values) -> bool:
+    """Whether ``name`` is a narrow-integer tensor big enough to be a weight."""
+    if name in values:
+        arr = values[name]
+        return arr.dtype.kind in "iu" and arr.itemsize <= 2 and arr.size > INT_WEIGHT_ELEMENTS
+    init = known[name]
+    return init.data_type in _WEIGHT_INTS and math.prod(init.dims) > INT_WEIGHT_ELEMENTS
 
 
 def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list:

@@ -28,6 +28,7 @@ from tvm import relax
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LoweringError, PlanError
+from ..frontend.int_weights import fold_keeping_int_weights
 from .layout import LEGALIZE_MAP as _PACKED_CONV
 from .wide_softmax import LEGALIZE_MAP as _WIDE_SOFTMAX
 
@@ -145,7 +146,7 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.DeadCodeElimination(),
     ])
     try:
-        return seq(mod)
+        return fold_keeping_int_weights(mod, seq)
     except (AssertionError, ValueError, RuntimeError) as err:
         raise _lowering_error(mod, err) from err
 

@@ -12,6 +12,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_fusion.frontend.int_weights import fold_keeping_int_weights, is_int_weight
+
 from .block import BlockRewriter, const_value, op_name, shape_of
 
 _BINARY = {"relax.add": np.add, "relax.subtract": np.subtract,
@@ -42,11 +44,31 @@ def _fold(value) -> np.ndarray | None:
     if op == "relax.permute_dims" and args[0] is not None:
         axes = value.attrs.axes
         return np.transpose(args[0], None if axes is None else [int(a) for a in axes])
+    if op == "relax.dequantize" and all(a is not None for a in args):
+        return _dequantize(value, *args)
     if op == "relax.astype" and args[0] is not None:
         to = str(value.attrs.dtype)
         if to in ("float16", "float32", "float64") and args[0].dtype.kind == "f":
             return args[0].astype(to)
     return None
+
+
+def _dequantize(call, data, scale, zp) -> np.ndarray | None:
+    """``(data - zp) * scale`` as TVM's legalization computes it (int32 difference, then
+    float32), for a constant that is not an integer weight (those stay integer)."""
+    if str(call.attrs.out_dtype) != "float32" or data.dtype.kind not in "iu" \
+            or is_int_weight(call.args[0]):
+        return None
+    axis = int(call.attrs.axis) % max(data.ndim, 1)
+
+    def along(q):  # a per-axis 1-D qparam broadcast along ``axis``
+        q = np.asarray(q)
+        if q.size == 1:
+            return q.reshape(())
+        return q.reshape([-1 if d == axis else 1 for d in range(data.ndim)])
+
+    diff = data.astype(np.int32) - along(zp).astype(np.int32)
+    return diff.astype(np.float32) * along(scale).astype(np.float32)
 
 
 class NumpyFolder(BlockRewriter):
@@ -90,5 +112,5 @@ def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
     """Fold in numpy what it can, then with FoldConstant only if something is left."""
     mod = NumpyFolder(mod).run()
     if constant_calls(mod):
-        mod = relax.transform.FoldConstant()(mod)
+        mod = fold_keeping_int_weights(mod, relax.transform.FoldConstant())
     return mod
