@@ -1,0 +1,75 @@
+"""Quantized versions of zoo models, made with ONNX Runtime's own tools (issue 21).
+
+Nothing here is committed as a model: each call quantizes the float zoo model into the
+directory given (a test's tmp dir, a benchmark's cache), with
+
+- ``static_qdq``: ``onnxruntime.quantization.quantize_static`` in QDQ format (uint8
+  activations, per-channel int8 weights), calibrated over a few seeded random inputs;
+- ``dynamic``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights;
+  DynamicQuantizeLinear + MatMulInteger, as it writes transformers).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from tvm_fusion import zoo
+from tvm_fusion.frontend.fold import fix_input_shapes
+
+
+def _float_model(name: str, shapes: dict | None) -> tuple[onnx.ModelProto, dict]:
+    spec = zoo.ZOO[name]
+    shapes = dict(shapes or spec.shapes)
+    return fix_input_shapes(onnx.load(str(zoo.fetch(name))), shapes), shapes
+
+
+class _Reader:
+    """A CalibrationDataReader over ``n`` seeded random inputs (float32 normal)."""
+
+    def __init__(self, shapes: dict, n: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self._batches = iter([{k: rng.standard_normal(s).astype(np.float32)
+                               for k, s in shapes.items()} for _ in range(n)])
+
+    def get_next(self):
+        return next(self._batches, None)
+
+    def rewind(self):  # part of the CalibrationDataReader protocol; one pass is enough
+        pass
+
+
+def static_qdq(name: str, out_dir: str | Path, *, shapes: dict | None = None,
+               calibration: int = 4, seed: int = 0) -> Path:
+    """``quantize_static`` (QDQ, uint8 activations, per-channel int8 weights) of zoo
+    model ``name`` with input ``shapes`` fixed; returns the path of the ``.onnx``."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    model, shapes = _float_model(name, shapes)
+    out = Path(out_dir) / f"{name}-qdq.onnx"
+    src = Path(out_dir) / f"{name}-fp32.onnx"
+    onnx.save(model, str(src))
+    reader = type("Reader", (_Reader, CalibrationDataReader), {})(shapes, calibration, seed)
+    logging.getLogger().setLevel(logging.ERROR)  # its per-node notes are noise here
+    quantize_static(str(src), str(out), reader, quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    per_channel=True)
+    return out
+
+
+def dynamic(name: str, out_dir: str | Path, *, shapes: dict | None = None) -> Path:
+    """``quantize_dynamic`` (int8 weights) of zoo model ``name`` with input ``shapes``
+    fixed; returns the path of the ``.onnx``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model, _ = _float_model(name, shapes)
+    src = Path(out_dir) / f"{name}-fp32.onnx"
+    out = Path(out_dir) / f"{name}-dynamic.onnx"
+    onnx.save(model, str(src))
+    logging.getLogger().setLevel(logging.ERROR)
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)
+    return out
