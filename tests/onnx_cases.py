@@ -295,3 +295,34 @@ def integer_gemms(seed=0) -> onnx.ModelProto:
     ], [_vi("x", T.UINT8, [1, 8, 6, 6]), _vi("m", T.UINT8, [6, 32])],
         [_vi("ci", T.INT32, [1, 16, 6, 6]), _vi("mi", T.INT32, [6, 24]),
          _vi("qc", T.UINT8, [1, 16, 2, 2]), _vi("qm", T.UINT8, [6, 24])], inits)
+
+
+def qdq_chain(seed=0) -> onnx.ModelProto:
+    """QDQ as quantize_static writes it: x -> Q -> DQ -> Conv (padded, per-channel int8
+    weight, zero point 0; bias) -> Relu -> Q -> DQ -> Flatten -> MatMul (int8 weight) ->
+    Q -> DQ -> y. Activation zero points are not 0, so the padding must carry them."""
+    rng = np.random.default_rng(seed)
+    wc = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    wm = rng.integers(-127, 128, (16 * 8 * 8, 10)).astype(np.int8)
+    inits = [
+        const("s0", 0.02), const("z0", 120, np.uint8),
+        nh.from_array(wc, "wc"), const("wcs", rng.uniform(0.002, 0.01, 16)),
+        const("wcz", np.zeros(16), np.int8), const("bc", rng.standard_normal(16) * 0.1),
+        const("s1", 0.03), const("z1", 7, np.uint8),
+        nh.from_array(wm, "wm"), const("wms", 0.004), const("wmz", 0, np.int8),
+        const("s2", 0.05), const("z2", 128, np.uint8), const("shape", [1, -1], np.int64),
+    ]
+    return make("qdq_chain", [
+        h.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+        h.make_node("DequantizeLinear", ["wc", "wcs", "wcz"], ["wcd"], axis=0),
+        h.make_node("Conv", ["xd", "wcd", "bc"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
+        h.make_node("Relu", ["c"], ["r"]),
+        h.make_node("QuantizeLinear", ["r", "s1", "z1"], ["rq"]),
+        h.make_node("DequantizeLinear", ["rq", "s1", "z1"], ["rd"]),
+        h.make_node("Reshape", ["rd", "shape"], ["f"]),
+        h.make_node("DequantizeLinear", ["wm", "wms", "wmz"], ["wmd"]),
+        h.make_node("MatMul", ["f", "wmd"], ["m"], name="matmul0"),
+        h.make_node("QuantizeLinear", ["m", "s2", "z2"], ["mq"]),
+        h.make_node("DequantizeLinear", ["mq", "s2", "z2"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, 8, 8, 8])], [_vi("y", T.FLOAT, [1, 10])], inits)

@@ -89,3 +89,24 @@ def test_integer_gemm_ops_match_onnxruntime_exactly(tmp_path):
     for out, g, w in zip(proto.graph.output, got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, out.name
         np.testing.assert_array_equal(g, w, err_msg=out.name)
+
+
+def test_qdq_conv_and_matmul_become_integer_gemms(tmp_path):
+    """DQ -> Conv/MatMul with int8 weights: the GEMMs read uint8 activations and int8
+    weights and accumulate in int32 (the padding carries the activation's zero point);
+    the output is within one quantization step of ONNX Runtime (which runs the same
+    chain as QLinearConv/QLinearMatMul, requantizing with one multiplier where the graph
+    has two: x_s * w_s, then / y_s)."""
+    proto = oc.qdq_chain()
+    model = import_model(proto)
+    assert model.simplified.int8_gemms == 2
+    graph = build_graph(model.mod)
+    gemms = [n for n in graph.nodes if n.kind == "gemm"]
+    assert len(gemms) == 2 and all(n.dtype == "int32" for n in gemms)
+    operand = {str(p.dtype) for n in gemms for p in graph.mod[n.op].params[:2]}
+    assert operand == {"uint8", "int8"}
+    inputs = random_inputs(model.inputs, seed=4)
+    got = _run(proto, inputs, tmp_path, "qdq.so")[0]
+    want = run_onnxruntime(proto, inputs)[0]
+    steps = np.rint(np.abs(got - want) / 0.05)
+    assert steps.max() <= 1 and (steps == 0).mean() >= 0.8

@@ -54,6 +54,7 @@ def qdq_orientation(zoo_model, tmp_path_factory):
 def test_qdq_orientation_stays_int8_and_matches_onnxruntime(qdq_orientation):
     proto, model, _, got, want = qdq_orientation
     assert _int8_constants(model.mod) >= 20  # the conv weights, not float copies of them
+    assert model.simplified.int8_gemms == 33  # every conv and the classifier: u8 x s8 -> i32
     last_dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"
                and n.output[0] in {o.name for o in proto.graph.output}]
     inits = {t.name: t for t in proto.graph.initializer}
@@ -79,6 +80,7 @@ def test_dynamic_minilm_matches_onnxruntime_within_int8_steps(dynamic_minilm):
     ops = {n.op_type for n in proto.graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
     assert _int8_constants(model.mod) >= 12  # the quantized weights stay int8
+    assert model.simplified.int8_gemms == 18  # every MatMulInteger reads u8 x s8
     for g, w, out in zip(got, want, proto.graph.output):
         assert g.shape == w.shape, out.name
         if w.dtype.kind != "f":

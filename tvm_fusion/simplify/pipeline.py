@@ -10,6 +10,7 @@ from .block import count_ops, single_block
 from .casts import CastEliminator
 from .fold import fold_constants
 from .parallel import MatmulCombiner
+from .qdq import QdqIntegerizer
 from .report import SimplifyReport
 from .transposes import TransposeSinker, transposed_elements
 
@@ -57,6 +58,10 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
                                    transposes_after=counts["transposes_before"], **counts)
     mod = _cleanup(mod)
     counts["dead_ops"] = ops_before - count_ops(mod)
+    # Before constant folding: a small weight's dequantize would fold into floats.
+    qdq = QdqIntegerizer(mod)
+    mod = _cleanup(qdq.run())
+    counts["int8_gemms"] = qdq.convs + qdq.matmuls
     if affine:
         n = count_ops(mod, "relax.nn.batch_norm")
         mod = relax.transform.FoldBatchnormToConv2D()(mod)

@@ -48,6 +48,8 @@ class SimplifyReport:
     matmuls_combined: int = 0
     common_subexprs: int = 0
     dead_ops: int = 0
+    int8_gemms: int = 0
+    """QDQ and MatMulInteger GEMMs rewritten to read their int8 operands (:mod:`.qdq`)."""
 
     @property
     def changed(self) -> bool:
@@ -55,11 +57,13 @@ class SimplifyReport:
         return self.ops_before != self.ops_after or any((
             self.identity_casts, self.round_trip_casts, self.transpose_pairs, self.nhwc_ops,
             self.batch_norms_folded, self.affine_ops_folded, self.matmuls_combined,
-            self.transposes_before != self.transposes_after))
+            self.int8_gemms, self.transposes_before != self.transposes_after))
 
     def summary(self) -> str:
         """One line, e.g. ``simplified 620 -> 180 ops: removed 298 identity casts, ...``."""
         parts = []
+        if self.int8_gemms:
+            parts.append(f"made {self.int8_gemms} GEMMs integer (u8 x s8 -> i32)")
         if self.identity_casts:
             parts.append(f"removed {self.identity_casts} identity casts")
         if self.round_trip_casts:
