@@ -110,3 +110,30 @@ def test_qdq_conv_and_matmul_become_integer_gemms(tmp_path):
     want = run_onnxruntime(proto, inputs)[0]
     steps = np.rint(np.abs(got - want) / 0.05)
     assert steps.max() <= 1 and (steps == 0).mean() >= 0.8
+
+
+@pytest.mark.parametrize("target, instruction", [
+    ("x86_zen4", "VNNI (vpdpbusd"), ("x86_avx512", "VNNI (vpdpbusd"),
+    ("x86_avx2", "no VNNI"), ("a100", "IMMA"), ("h100", "IMMA"),
+    ("mi250x", "dot4 (v_dot4_i32_i8)")])
+def test_int8_gemm_groups_are_priced_on_the_targets_int8_instruction(target, instruction):
+    """Each integer GEMM's group is an int8 GEMM pattern (zero point, dequantize, scale,
+    requantize in its epilogue) whose reason names the instruction and the rate; the
+    int8 rate is what the planner's compute term uses."""
+    from tvm_fusion import load_target
+    from tvm_fusion.plan import make_plan
+    from tvm_fusion.plan.cost import peak_flops
+    from tvm_fusion.plan.int8 import int8_peak
+
+    hw = load_target(target)
+    plan = make_plan(build_graph(import_model(oc.qdq_chain()).mod), hw)
+    int8 = [g for g in plan.groups if "int8 GEMM priced on" in g.reason]
+    assert len(int8) == 2
+    for g in int8:
+        assert g.pattern.startswith("int8 GEMM (") and "Requantize" in g.pattern
+        assert instruction in g.reason
+    assert peak_flops(hw, "uint8", matrix=True) == int8_peak(hw)
+    if instruction != "no VNNI":
+        assert int8_peak(hw) > hw.peak_fp32_flops
+        key = "int8_matrix" if instruction == "IMMA" else "int8_vector"
+        assert hw.sources[f"peak_flops.{key}"]  # every peak carries its source

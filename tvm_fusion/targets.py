@@ -436,7 +436,14 @@ def detect_host() -> HardwareTarget:
         "peak_flops": {"fp32_vector": {
             "value": cores * clock * 1e9 * fma_units * 2 * lanes,
             "source": f"derived: {cores} cores x {clock:.3g} GHz x {fma_units} FMA units x 2 x "
-                      f"{lanes} fp32 lanes ({fma_bits}-bit FMA datapath, {fma_note})"}},
+                      f"{lanes} fp32 lanes ({fma_bits}-bit FMA datapath, {fma_note})"},
+            # VPDPBUSD does 4 int8 MACs per 32-bit lane where an FMA does 1.
+            **({"int8_vector": {
+                "value": 4 * cores * clock * 1e9 * fma_units * 2 * lanes,
+                "source": f"derived: 4x the fp32 rate ({here}: /proc/cpuinfo has "
+                          "avx512_vnni or avx_vnni; VPDPBUSD: 4 int8 MACs per 32-bit lane "
+                          "on the same datapath)"}}
+               if {"avx512_vnni", "avx_vnni"} & set(flags) else {})},
         "dram_bandwidth_gbs": {"value": 43.0, "source": "default estimate: ~43 GB/s copy "
                                "bandwidth measured on the development machine (DESIGN.md); "
                                "benchmarks measure it"},

@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..graph import OpGraph
+from .int8 import int8_peak
 from .op_info import OpInfo, graph_info
 
 ELEM_TILE = 256    # elements per independent tile of an elementwise op (one 256-thread block)
@@ -133,6 +134,8 @@ def onchip_capacity(hw) -> int:
 def peak_flops(hw, dtype: str, *, matrix: bool) -> float:
     """FLOP/s of the unit that runs an op of ``dtype`` (see the module docstring)."""
     key = _DTYPE_KEY.get(dtype, "fp32")
+    if key == "int8" and matrix:  # a contraction: the unit TVM reaches (plan/int8.py)
+        return int8_peak(hw)
     if matrix and key != "fp32" and f"{key}_matrix" in hw.peak_flops:
         return hw.peak_flops[f"{key}_matrix"]
     return hw.peak_flops.get(f"{key}_vector", hw.peak_fp32_flops)

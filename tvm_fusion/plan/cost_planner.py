@@ -28,6 +28,7 @@ from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
+from .int8 import int8_note, is_int8
 from .patterns import match_pattern
 from .legality import GroupGraph, cpu_violation, gpu_violation, violation
 from .op_info import graph_info, node_name
@@ -272,6 +273,9 @@ class CostPlanner:
                     for r in near[:2])) if near else "alone: no operator to fuse with"
             for d in mine:
                 reason += f"; {d.note(self.graph)}"
+            if any(self.graph.nodes[n].kind == "gemm" and is_int8(self.rules.operand_dtype(n))
+                   for n in nodes):
+                reason += f"; {int8_note(self.hw)}"
             chain = len(components(self.graph, nodes)) == 1  # siblings are no chain
             match = match_pattern(self.graph, nodes) if chain else None
             if match:

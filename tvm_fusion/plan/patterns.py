@@ -14,6 +14,10 @@ LayerNorm                   Bias-Residual-LayerNorm, MatMul-Bias-Residual-LayerN
 Softmax                     Softmax, MatMul-Bias-Softmax (a classifier head)
 attention score path        MatMul-Scale-Mask-Softmax
 squeeze-excite gate         Conv-Bias-HardSigmoid-Scale (the gate times the features)
+int8 GEMM                   Conv-ZeroPoint-Dequantize-Scale-BN-HardSwish-Requantize
+                            (an integer GEMM, simplify/qdq.py: the activation's zero
+                            point, the int32 -> float cast and the scales in the
+                            epilogue, then requantize)
 ==========================  =====================================================
 
 Operators are recognised by their PrimFunc's base name (``add3`` -> ``add``, ``tir_clip``
@@ -32,7 +36,7 @@ from ..graph import OpGraph
 from ..graph.op_graph import call_tir_bindings
 
 FAMILIES = ("Conv-BN-activation", "MatMul-Bias-activation", "LayerNorm", "Softmax",
-            "attention score path", "squeeze-excite gate")
+            "attention score path", "squeeze-excite gate", "int8 GEMM")
 _CLIP = (("clip",), ("maximum", "minimum"))
 _ACT_SEQS = {  # stage -> op sequences; the first item of a HardSwish is the "+ 3"
     "HardSwish": [("add", *c, *t) for c in _CLIP
@@ -46,7 +50,9 @@ _ACT_SEQS = {  # stage -> op sequences; the first item of a HardSwish is the "+ 
 }
 _SINGLE = {"relu": "ReLU", "clip": "ReLU6", "sigmoid": "Sigmoid", "tanh": "Tanh",
            "softmax": "Softmax", "layer_norm": "LayerNorm", "max_pool2d": "MaxPool",
-           "avg_pool2d": "AvgPool", "reshape": "Reshape", "transpose": "Transpose"}
+           "avg_pool2d": "AvgPool", "reshape": "Reshape", "transpose": "Transpose",
+           "quantize": "Requantize", "dequantize": "Dequantize", "cast": "Dequantize",
+           "pad": "Pad"}
 _ANCHORS = {"conv1d": "Conv", "conv2d": "Conv", "conv3d": "Conv", "matmul": "MatMul",
             "dense": "MatMul", "batch_matmul": "MatMul"}
 _NAMED_ALONE = ("Softmax", "LayerNorm")
@@ -109,6 +115,9 @@ def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] 
     full = node.bytes_read >= 2 * node.bytes_written  # two operands of the output's size
     if op == "add":
         return ("Bias" if const else "Residual" if full else "Mask"), 1
+    if op == "subtract" and stages and stages[-1] in ("Conv", "MatMul") \
+            and graph.nodes[nodes[i]].dtype == "int32":
+        return "ZeroPoint", 1  # an integer GEMM's activation zero-point correction
     if op in ("divide", "multiply"):
         # by a constant or an immediate: 1 / sqrt(d) of attention scores; by a tensor
         # after a stage: a gate times the features (squeeze-excite after a sigmoid)
@@ -125,6 +134,9 @@ def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] 
 
 
 def _family(stages: tuple[str, ...]) -> str:
+    gemm = [k for k, s in enumerate(stages) if s in ("Conv", "MatMul")]
+    if gemm and {"ZeroPoint", "Dequantize", "Requantize"} & set(stages[gemm[0]:]):
+        return "int8 GEMM"
     acts = {"ReLU", "ReLU6", "HardSwish", "HardSigmoid", "GELU", "SiLU", "Sigmoid", "Tanh"}
     if "MatMul" in stages and "Softmax" in stages and {"Scale", "Mask"} & set(stages):
         return "attention score path"

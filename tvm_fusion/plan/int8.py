@@ -1,0 +1,58 @@
+"""Which instruction runs an int8 GEMM on a target, and at what rate it is priced.
+
+An integer GEMM (``u8 x s8 -> i32``, see :mod:`tvm_fusion.simplify.qdq`) is priced at the
+target's int8 peak of the unit TVM can reach there, and its group's reason names that
+instruction:
+
+- x86 with ``avx512_vnni`` / ``avx_vnni``: VNNI ``vpdpbusd`` (``int8_vector``; MetaSchedule's
+  ``dot_16x4_vnni`` / ``dot_32x4_avx512`` intrinsics); without VNNI, ``vpmaddubsw`` +
+  ``vpmaddwd``, priced at the fp32 rate (no int8 peak in the file);
+- NVIDIA: IMMA (int8 ``mma.sync``, ``int8_matrix``) where the target has int8 Tensor
+  Cores, else DP4A (``int8_vector``);
+- AMD CDNA: ``v_dot4_i32_i8`` (dot4, ``int8_vector``): TVM's ROCm intrinsic is ``sdot4``;
+  it has no int8 MFMA intrinsic, so the matrix-core peak is not what a TVM kernel gets.
+"""
+
+from __future__ import annotations
+
+_INT8 = ("int8", "uint8")
+
+
+def is_int8(dtype: str) -> bool:
+    """Whether a GEMM operand dtype is an 8-bit integer."""
+    return str(dtype) in _INT8
+
+
+def int8_unit(hw) -> tuple[str, str]:
+    """``(peak_flops key, instruction)`` an int8 GEMM runs on; key ``""`` when the target
+    has no int8 peak (it is then priced at ``fp32_vector``)."""
+    peaks, feats = hw.peak_flops, set(hw.features)
+    if hw.family == "cpu":
+        if "amx_int8" in feats and "int8_matrix" in peaks:
+            return "int8_matrix", "AMX-INT8 (tdpbusd)"
+        if feats & {"avx512_vnni", "avx_vnni"} and "int8_vector" in peaks:
+            width = "zmm" if "avx512_vnni" in feats else "ymm"
+            return "int8_vector", f"VNNI (vpdpbusd {width})"
+        return "", "no VNNI: vpmaddubsw + vpmaddwd at the fp32 rate"
+    if hw.family == "cuda":
+        if "int8_matrix" in peaks and "int8_tensor" in feats:
+            return "int8_matrix", "IMMA (int8 mma.sync Tensor Cores)"
+        if "int8_vector" in peaks:
+            return "int8_vector", "DP4A"
+        return "", "no int8 peak: priced at the fp32 rate"
+    if "int8_vector" in peaks:
+        return "int8_vector", "dot4 (v_dot4_i32_i8)"
+    return "", "no int8 peak: priced at the fp32 rate"
+
+
+def int8_peak(hw) -> float:
+    """OP/s of :func:`int8_unit` (``fp32_vector`` when the target has no int8 peak)."""
+    key, _ = int8_unit(hw)
+    return hw.peak_flops[key] if key else hw.peak_fp32_flops
+
+
+def int8_note(hw) -> str:
+    """The reason's clause for a group with an int8 GEMM."""
+    key, instr = int8_unit(hw)
+    rate = int8_peak(hw) / 1e12
+    return f"int8 GEMM priced on {instr}, {rate:.4g} TOP/s ({key or 'fp32_vector'})"
