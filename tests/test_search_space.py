@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import tvm
-from tvm import te
+from tvm import te, topi
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
+from tvm_fusion.tune.fast_import import build_kernel
 from tvm_fusion.tune.space import (SPACE_DIR, SearchSpaceError, load_search_space,
                                    space_from_dict, space_generator)
 
@@ -42,8 +45,29 @@ def host():
     return load_target("host").tvm_target()
 
 
+OUR_RULES = ("plain", "register_tile", "depthwise")
+
+
+def _stock_doc():
+    """The shipped cpu.json without tvm-fusion's own rules: MetaSchedule's default space."""
+    doc = _doc()
+    doc["rules"] = [r for r in doc["rules"] if r not in OUR_RULES]
+    for r in OUR_RULES:
+        doc[r] = None
+    return doc
+
+
+def _shape(sch):  # the instructions of a trace, without the sampled decisions
+    return [(i.kind.name, str(i.attrs)) for i in sch.trace.insts]
+
+
+def _tags(sch) -> set[str]:
+    return {str(i.inputs[1]).strip('"') for i in sch.trace.insts
+            if i.kind.name == "Annotate" and "tvm_fusion." in str(i.inputs[1])}
+
+
 def test_shipped_cpu_file_matches_metaschedules_default_space(host):
-    ours = _design_space(space_generator(load_search_space("cpu"), host), host)
+    ours = _design_space(space_generator(space_from_dict(_stock_doc()), host), host)
     stock = _design_space("post-order-apply", host)
     assert len(ours) == len(stock) == 3  # plain, reuse-write at level 1, at level 2
 
@@ -51,13 +75,21 @@ def test_shipped_cpu_file_matches_metaschedules_default_space(host):
     assert [str(s.trace) for s in ours] == [str(s.trace) for s in stock]
     assert [str(s.mod) for s in ours] == [str(s.mod) for s in stock]
 
+    # the shipped file keeps those three spaces and adds its rules' spaces next to them
+    shipped = _design_space(space_generator(load_search_space("cpu"), host), host)
+    plain = [s for s in shipped if not _tags(s)]
+    assert sorted(map(_shape, plain)) == sorted(map(_shape, stock))
+    assert {frozenset(_tags(s)) for s in shipped if _tags(s)} == {
+        frozenset({"tvm_fusion.plain"}),
+        frozenset({"tvm_fusion.register_tile", "tvm_fusion.epilogue"})}
+
 
 def test_changing_knobs_changes_the_generated_schedules(host):
-    doc = _doc()
+    doc = _stock_doc()  # MetaSchedule's rules alone: their knobs
     doc["tiling"]["max_innermost_factor"] = 4
     doc["parallel_vectorize_unroll"]["unroll_max_steps"] = [0, 8]
     small = _design_space(space_generator(space_from_dict(doc), host), host)
-    default = _design_space(space_generator(load_search_space("cpu"), host), host)
+    default = _design_space(space_generator(space_from_dict(_stock_doc()), host), host)
 
     def tile_limits(spaces):
         return {int(i.attrs[1]) for s in spaces for i in _insts(s, "SamplePerfectTile")}
@@ -77,14 +109,14 @@ def test_changing_knobs_changes_the_generated_schedules(host):
 
 
 def test_structure_and_reuse_write_shape_the_space(host):
-    doc = _doc()
+    doc = _stock_doc()  # MetaSchedule's rules alone: their knobs
     doc["tiling"]["structure"] = "SRS"
     doc["tiling"]["reuse_write"] = None
     spaces = _design_space(space_generator(space_from_dict(doc), host), host)
     # one space (no reuse-write variants); i and j split in 2 levels, k left whole
     assert len(spaces) == 1
     assert [int(i.attrs[0]) for i in _insts(spaces[0], "SamplePerfectTile")] == [2, 2]
-    default = _design_space(space_generator(load_search_space("cpu"), host), host)
+    default = _design_space(space_generator(space_from_dict(_stock_doc()), host), host)
     assert len(default) == 3  # SSRSRS: i, j in 4 levels, k in 2
     assert [int(i.attrs[0]) for i in _insts(default[0], "SamplePerfectTile")] == [4, 4, 2]
 
@@ -160,3 +192,188 @@ def test_tune_uses_the_cpu_file_by_default_and_a_given_file(host, tmp_path):
     space = _resolve_space(str(tmp_path / "mine.json"), host)
     assert space.parallel_vectorize_unroll.unroll_max_steps == (0, 32)
     assert space.origin.endswith("mine.json")
+
+
+# --- tvm-fusion's CPU rules (tune/cpu_rules.py) ---------------------------------------
+
+def _mm_bias_relu_residual(m=32, k=64, n=64, layout_free=False):
+    a = te.placeholder((m, k), name="a")
+    w = te.placeholder((k, n), name="w")
+    bias = te.placeholder((n,), name="bias")
+    res = te.placeholder((m, n), name="res")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="c")
+    d = te.compute((m, n), lambda i, j: te.max(c[i, j] + bias[j], 0.0) + res[i, j], name="d")
+    func = te.create_prim_func([a, w, bias, res, d]).with_attr("global_symbol", "main")
+    if layout_free:  # what prepacking marks: the constant weight may change layout
+        func = func.with_attr("layout_free_buffers", [1])
+
+    def ref(a, w, bias, res, _):
+        return np.maximum(a @ w + bias, 0) + res
+    return tvm.IRModule({"main": func}), ref
+
+
+def _depthwise(c=16, h=8, w=16):
+    x = te.placeholder((1, c, h, w), name="x")
+    k = te.placeholder((c, 1, 3, 3), name="k")
+    y = topi.nn.relu(topi.nn.depthwise_conv2d_nchw(x, k, stride=1, padding=1, dilation=1))
+    func = te.create_prim_func([x, k, y]).with_attr("global_symbol", "main")
+
+    def ref(x, k, _):
+        p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        out = sum(p[:, :, dy:dy + h, dx:dx + w] * k[None, :, 0, dy, dx, None, None]
+                  for dy in range(3) for dx in range(3))
+        return np.maximum(out, 0)
+    return tvm.IRModule({"main": func}), ref
+
+
+def _silu(n=2048):
+    x = te.placeholder((4, n), name="x")
+    y = te.compute((4, n), lambda i, j: x[i, j] * te.sigmoid(x[i, j]), name="y")
+    func = te.create_prim_func([x, y]).with_attr("global_symbol", "main")
+    return tvm.IRModule({"main": func}), lambda x, _: x / (1 + np.exp(-x))
+
+
+def _args(mod, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, [int(d) for d in p.ty.shape]).astype("float32")
+            for p in mod["main"].params]
+
+
+def _run(lib, arrays):
+    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    tensors[-1] = tvm.runtime.tensor(np.zeros_like(arrays[-1]))
+    lib(*tensors)
+    return tensors[-1].numpy()
+
+
+def _spaces_of(mod, host, seed=1):
+    ctx = ms.TuneContext(mod=mod, target=host, search_strategy="evolutionary", rand_state=seed,
+                         space_generator=space_generator(load_search_space("cpu"), host))
+    return ctx, ctx.generate_design_space()
+
+
+def _postprocessed(ctx, sch):
+    sch = sch.copy()
+    assert all(p.apply(sch) for p in ctx.space_generator.postprocs)
+    return sch
+
+
+@pytest.mark.parametrize("kernel, rule", [(_mm_bias_relu_residual, "register_tile"),
+                                          (_depthwise, "depthwise"),
+                                          (_depthwise, "plain"),
+                                          (_silu, "plain")])
+def test_each_rule_gives_schedules_that_compile_and_match_numpy(host, kernel, rule):
+    mod, ref = kernel()
+    ctx, spaces = _spaces_of(mod, host)
+    mine = [s for s in spaces if f"tvm_fusion.{rule}" in _tags(s)]
+    assert mine, f"no {rule} space among {[sorted(_tags(s)) for s in spaces]}"
+    assert any(not _tags(s) for s in spaces) or rule == "plain"  # stock spaces stay
+    arrays = _args(mod)
+    want = ref(*arrays)
+    for sch in mine:
+        sch = _postprocessed(ctx, sch)
+        got = _run(build_kernel(sch.mod, host, None), arrays)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_register_tile_holds_a_vector_fma_tile_with_the_epilogue_at_it(host):
+    mod, _ = _mm_bias_relu_residual()
+    _, spaces = _spaces_of(mod, host)
+    tiles = [s for s in spaces if "tvm_fusion.register_tile" in _tags(s)]
+    assert len(tiles) == 2  # one per row limit in cpu.json ([8, 4])
+    limits = {(int(i.attrs[0]), int(i.attrs[1])) for s in tiles
+              for i in _insts(s, "SamplePerfectTile")}
+    # rows up to 8 (then 3 vectors: 24 accumulators of 32 zmm) or 4 (then 7 vectors)
+    assert {(3, 8), (3, 3), (3, 4), (3, 7)} <= limits
+    lanes = 16  # the host has AVX-512 (DESIGN.md); a 16-lane fp32 vector per FMA
+    for sch in tiles:
+        update = sch.get_sblock("c_update")
+        loops = [sch.get(lp) for lp in sch.get_loops(update)]
+        kinds = [str(lp.kind) for lp in loops]
+        assert int(loops[-1].extent) == lanes and kinds[-1] == "2"  # vectorized
+        assert kinds[-3:-1] == ["3", "3"]  # MR rows and NR / lanes vectors unrolled
+        assert loops[-4].loop_var.name == "r"  # the reduction just outside the tile
+        assert kinds[0] == "1"  # outer tiles fused and parallel
+        # the epilogue (bias + relu + residual) is computed at the tile, inside the
+        # same parallel loop, not in a second pass over the output
+        epi = sch.get_loops(sch.get_sblock("d"))
+        assert sch.get(epi[0]).same_as(loops[0]) and len(epi) > 1
+
+
+def test_register_tile_composes_with_rewrite_layout(host):
+    mod, ref = _mm_bias_relu_residual(layout_free=True)
+    ctx, spaces = _spaces_of(mod, host)
+    tiles = [s for s in spaces if "tvm_fusion.register_tile" in _tags(s)]
+    arrays = _args(mod)
+    for sch in tiles:
+        sch = _postprocessed(ctx, sch)
+        text = sch.mod.script()
+        assert "meta_schedule.layout_rewrite_preproc" in text  # the weight is packed
+        # ... into NR-column panels: the packed weight's innermost axis is the lanes
+        packed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+        shape = [int(d) for d in packed["main"].params[1].ty.shape]
+        assert shape[-1] == 16 and len(shape) > 2
+        # with the packing block kept, the kernel takes the weight as given
+        got = _run(tvm.tirx.build(sch.mod, target=host), arrays)
+        np.testing.assert_allclose(got, ref(*arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_tuning_with_the_rules_measures_them_and_they_match_numpy(host, tmp_path):
+    mod, ref = _mm_bias_relu_residual()
+    space = space_generator(load_search_space("cpu"), host)
+    strategy = ms.search_strategy.EvolutionarySearch(population_size=32,
+                                                     init_min_unmeasured=16,
+                                                     genetic_num_iters=1)
+    db = ms.tune_tir(mod, host, str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
+                     space=space, strategy=strategy, cost_model="random", seed=3,
+                     builder=ms.builder.LocalBuilder(f_build=build_kernel, max_workers=1),
+                     runner=ms.runner.LocalRunner(), num_tuning_cores=1)
+    records = db.get_all_tuning_records()
+    assert len(records) == 8
+    ours = [r for r in records if _tags(r) & {"tvm_fusion.register_tile", "tvm_fusion.plain"}]
+    assert ours  # the search sampled the rules' spaces and measured them
+    best = min(records, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))
+    arrays = _args(mod)
+    want = ref(*arrays)
+    for rec in {id(r): r for r in [best, *ours[:2]]}.values():
+        sch = tvm.s_tir.Schedule(mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        np.testing.assert_allclose(_run(build_kernel(sch.mod, host, None), arrays), want,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_bad_rule_configs_are_refused_with_the_key_and_the_fix(host):
+    doc = _doc()
+    doc["register_tile"]["row_limits"] = [8, 40]
+    with pytest.raises(SearchSpaceError, match=r"mine\.json: register_tile\.row_limits "
+                                               r"\[8, 40\] has \[40\].*use row limits from 1 "
+                                               r"to 28"):
+        space_from_dict(doc, origin="mine.json")
+    doc = _doc()
+    doc["depthwise"]["row_limits"] = []
+    with pytest.raises(SearchSpaceError, match="depthwise.row_limits is empty"):
+        space_from_dict(doc)
+    doc = _doc()
+    doc["plain"]["max_unrol_vectors"] = 4  # a typo
+    with pytest.raises(SearchSpaceError, match=r"unknown key plain\.'max_unrol_vectors'"):
+        space_from_dict(doc)
+    doc = _doc()
+    doc["rules"].remove("plain")
+    with pytest.raises(SearchSpaceError, match=r"sections \['plain'\] are configured but "
+                                               "not in 'rules'"):
+        space_from_dict(doc)
+    doc = _doc("cuda")
+    doc["rules"].append("register_tile")
+    doc["register_tile"] = _doc()["register_tile"]
+    with pytest.raises(SearchSpaceError, match="rule 'register_tile' schedules vector FMAs "
+                                               "of LLVM CPUs; a 'cuda' space cannot use it"):
+        space_from_dict(doc)
+    # AVX2 has 16 vector registers: 16 rows leave no room for the operands
+    doc = _doc()
+    doc["register_tile"]["row_limits"] = [16]
+    avx2 = load_target("x86_avx2").tvm_target()
+    with pytest.raises(SearchSpaceError, match="this target has 16 vector registers and "
+                                               "spare_registers is 4, which leaves 12"):
+        space_generator(space_from_dict(doc), avx2)
+    space_generator(space_from_dict(doc), host)  # 32 on AVX-512: fine

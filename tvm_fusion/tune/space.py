@@ -24,6 +24,8 @@ from tvm.target.codegen import target_has_features
 
 from ..data import search_spaces_dir
 from ..errors import TvmFusionError
+from .cpu_rules import (PlainConfig, PlainRule, RegisterTileConfig, RegisterTileRule,
+                        vector_shape)
 from .fast_import import import_tensor_intrinsics
 
 SPACE_DIR = search_spaces_dir()
@@ -128,6 +130,9 @@ class SearchSpace:
     parallel_vectorize_unroll: ParallelVectorizeUnroll | None
     random_compute_location: bool
     thread_binding: ThreadBinding | None
+    register_tile: RegisterTileConfig | None
+    depthwise: RegisterTileConfig | None
+    plain: PlainConfig | None
     postprocs: tuple[str, ...]
     mutators: Mapping[str, float]
     notes: Mapping[str, str]
@@ -137,17 +142,23 @@ class SearchSpace:
 _SECTIONS = {"tiling": Tiling, "inline": Inline, "rfactor": RFactor,
              "cross_thread_reduction": CrossThreadReduction,
              "parallel_vectorize_unroll": ParallelVectorizeUnroll,
-             "thread_binding": ThreadBinding}
+             "thread_binding": ThreadBinding, "register_tile": RegisterTileConfig,
+             "depthwise": RegisterTileConfig, "plain": PlainConfig}
 _TOP = ("schema", "version", "family", "description", "rules", "tiling", "tensorize",
         "inline", "rfactor", "cross_thread_reduction", "parallel_vectorize_unroll",
-        "random_compute_location", "thread_binding", "postprocs", "mutators", "notes")
+        "random_compute_location", "thread_binding", "register_tile", "depthwise", "plain",
+        "postprocs", "mutators", "notes")
+# tvm-fusion's own CPU rules (tune/cpu_rules.py): a file without them reads as null
+_OPTIONAL = ("register_tile", "depthwise", "plain")
+_CPU_ONLY = ("register_tile", "depthwise", "plain")
 # rule name -> the section that configures it (None: takes no numbers)
 RULES = {"custom": None, "inline_constant_scalars": None, "inline": "inline",
          "rfactor": "rfactor", "tiling": "tiling",
          "cross_thread_reduction": "cross_thread_reduction",
          "parallel_vectorize_unroll": "parallel_vectorize_unroll",
          "random_compute_location": "random_compute_location",
-         "thread_binding": "thread_binding"}
+         "thread_binding": "thread_binding", "register_tile": "register_tile",
+         "depthwise": "depthwise", "plain": "plain"}
 POSTPROCS = ("disallow_dynamic_loop", "rewrite_cooperative_fetch", "rewrite_unbound_block",
              "rewrite_parallel_vectorize_unroll", "rewrite_reduction_block",
              "rewrite_tensorize", "rewrite_layout", "verify_gpu_code")
@@ -223,6 +234,8 @@ def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
         Unknown or missing keys, wrong types, unknown rule / postprocessor / mutator
         names, or a configured section that no rule uses.
     """
+    if isinstance(doc, dict):
+        doc = {**{k: None for k in _OPTIONAL}, **doc}
     _check_keys(doc, _TOP, "", origin)
     if doc["schema"] != SCHEMA or doc["version"] != VERSION:
         raise SearchSpaceError(f"{origin}: schema {doc['schema']!r} version {doc['version']!r}"
@@ -254,6 +267,12 @@ def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
             f"{origin}: sections {sorted(configured - used)} are configured but not in "
             f"'rules', and rules {sorted(used - configured)} have no section (null). Each "
             f"rule in 'rules' needs its section and each non-null section its rule")
+    for name in _CPU_ONLY:
+        if sections[name] is not None and doc["family"] != "cpu":
+            raise SearchSpaceError(f"{origin}: rule {name!r} schedules vector FMAs of LLVM "
+                                   f"CPUs; a {doc['family']!r} space cannot use it (remove "
+                                   f"it from 'rules' and set {name!r} to null)")
+    _check_cpu_rules(sections, origin)
     tensorize = doc["tensorize"]
     if not isinstance(tensorize, list):
         raise SearchSpaceError(f"{origin}: 'tensorize' must be a list of "
@@ -290,6 +309,39 @@ def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
                        random_compute_location=rcl, postprocs=postprocs,
                        mutators=MappingProxyType(dict(mut)),
                        notes=MappingProxyType(dict(notes)), origin=origin, **sections)
+
+
+_MAX_VECTOR_REGISTERS = 32  # AVX-512 and Arm NEON; AVX2 has 16, checked per target
+
+
+def _check_cpu_rules(sections, origin: str) -> None:
+    """Numbers of the CPU rules that cannot give a schedule are refused at load time."""
+    for name in ("register_tile", "depthwise"):
+        cfg = sections[name]
+        if cfg is None:
+            continue
+        if not cfg.row_limits:
+            raise SearchSpaceError(f"{origin}: {name}.row_limits is empty; give at least one "
+                                   f"row limit (e.g. [8, 4]), or set {name!r} to null")
+        if not 0 <= cfg.spare_registers < _MAX_VECTOR_REGISTERS:
+            raise SearchSpaceError(f"{origin}: {name}.spare_registers must be in 0.."
+                                   f"{_MAX_VECTOR_REGISTERS - 1}; got {cfg.spare_registers}")
+        room = _MAX_VECTOR_REGISTERS - cfg.spare_registers
+        bad = [r for r in cfg.row_limits if not 1 <= r <= room]
+        if bad:
+            raise SearchSpaceError(
+                f"{origin}: {name}.row_limits {list(cfg.row_limits)} has {bad}: a tile of "
+                f"R rows holds at least R accumulators and a CPU has at most "
+                f"{_MAX_VECTOR_REGISTERS} vector registers, {cfg.spare_registers} of them "
+                f"spare; use row limits from 1 to {room}")
+        if cfg.min_iterations < 0:
+            raise SearchSpaceError(f"{origin}: {name}.min_iterations must be >= 0; got "
+                                   f"{cfg.min_iterations}")
+    plain = sections["plain"]
+    if plain is not None and (plain.max_iterations < 1 or plain.max_unroll_vectors < 1):
+        raise SearchSpaceError(f"{origin}: plain.max_iterations and plain."
+                               f"max_unroll_vectors must be >= 1; got {plain.max_iterations} "
+                               f"and {plain.max_unroll_vectors}")
 
 
 def load_search_space(name_or_path: str | os.PathLike) -> SearchSpace:
@@ -363,6 +415,18 @@ def _check_target(space: SearchSpace, target) -> None:
         raise SearchSpaceError(f"{space.origin}: a {space.family!r} space cannot schedule "
                                f"for TVM target kind {kind!r}; use "
                                f"{FAMILY_OF_KIND.get(kind, '?')}.json")
+    shape = vector_shape(target) if kind == "llvm" else None
+    for name in ("register_tile", "depthwise"):
+        cfg = getattr(space, name)
+        if cfg is None or shape is None:
+            continue
+        room = shape[1] - cfg.spare_registers
+        if max(cfg.row_limits) > room:
+            raise SearchSpaceError(
+                f"{space.origin}: {name}.row_limits go up to {max(cfg.row_limits)} rows but "
+                f"this target has {shape[1]} vector registers and spare_registers is "
+                f"{cfg.spare_registers}, which leaves {room} accumulators; use row limits "
+                f"up to {room} for it")
     tb = space.thread_binding
     if tb is not None:
         warp = target.attrs.get("thread_warp_size")
@@ -422,6 +486,12 @@ def space_generator(space: SearchSpace, target):
                 unroll_max_steps=list(p.unroll_max_steps), unroll_explicit=p.unroll_explicit))
         elif name == "random_compute_location":
             rules.append(sr.RandomComputeLocation())
+        elif name == "register_tile":
+            rules.append(RegisterTileRule(space.register_tile))
+        elif name == "depthwise":
+            rules.append(RegisterTileRule(space.depthwise, depthwise=True))
+        elif name == "plain":
+            rules.append(PlainRule(space.plain))
         elif name == "thread_binding":
             b = space.thread_binding
             rules.append(sr.AutoBind(max_threadblocks=b.max_threadblocks,
