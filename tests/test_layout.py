@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import onnx_cases as oc
-from tvm_fusion import compile_model, import_model, load_module, load_target, tune
+from tvm_fusion import compile_model, import_model, jit, load_module, tune
 from tvm_fusion.cli import main
 from tvm_fusion.errors import PlanError
 from tvm_fusion.graph.layout import convert_layout, count_blocked_convs
@@ -30,7 +30,7 @@ def _ops(graph):
     return [n.op for n in graph.nodes]
 
 
-@pytest.mark.parametrize("layout", ["nchw", "NCHW16c", "NCHW8c", "NCHW4c"])
+@pytest.mark.parametrize("layout", ["nchw", "NCHW16c", "NCHW8c"])
 def test_every_layout_compiles_and_matches_onnxruntime(chain, layout, tmp_path):
     proto, model, inputs, want = chain
     compiled = compile_model(model, "host", layout=layout)
@@ -38,8 +38,8 @@ def test_every_layout_compiles_and_matches_onnxruntime(chain, layout, tmp_path):
     got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
     assert max_rel_error(got[0], want[0]) < 1e-5
     blocked = [k for k in compiled.kernels if "NCHWc" in k]
-    # the 3-channel stem keeps NCHW; the depthwise and the 16-channel 1x1 convs block
-    # (at 4c the squeeze-excite's 4-channel convs too)
+    # the 3-channel stem and the squeeze-excite's 4-channel convs keep NCHW; the
+    # depthwise and the 16-channel 1x1 conv block
     assert len(blocked) >= (0 if layout == "nchw" else 2)
 
 
@@ -117,3 +117,16 @@ def test_tuned_nchwc_plan_round_trips_through_the_logs(tmp_path):
     assert not tuned & set(compiled.untuned)
     got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
     assert max_rel_error(got[0], want[0]) < 1e-5
+
+
+def test_jit_builds_the_forced_layout_and_keeps_it_apart_in_the_cache(chain, tmp_path):
+    proto, _, inputs, want = chain
+    blocked = jit(proto, layout="nchwc", cache_dir=tmp_path)
+    assert max_rel_error(blocked(*inputs)[0], want[0]) < 1e-5
+    (b,) = blocked.events
+    assert b.kind == "compiled"
+    assert json.loads(b.path.with_name(b.path.name + ".json").read_text())["layout"] != "NCHW"
+    sig = [("x", (1, 3, 16, 16))]
+    keys = {jit(proto, layout=lay, cache_dir=tmp_path).cache_key(sig)
+            for lay in ("auto", "nchw", "nchwc")}
+    assert len(keys) == 3

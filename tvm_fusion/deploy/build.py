@@ -286,6 +286,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "schema": MODULE_SCHEMA, "version": MODULE_VERSION, "tvm": tvm.__version__,
         "source": model.source, "model_hash": model.model_hash, "target": hw.name,
         "tvm_target": json.loads(json.dumps(hw.tvm_config, default=dict)), "plan_hash": plan.hash,
+        "layout": plan.layout,
         "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                    for t in model.inputs],
         "consts": {n: v.tolist() for n, v in model.consts.items()},

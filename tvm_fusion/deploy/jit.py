@@ -61,7 +61,7 @@ class JitFunction:
     """
 
     def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name,
-                 simplify=True):
+                 simplify=True, layout="auto"):
         self._raw, self._proto, self.source = load_onnx(model, name)
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
@@ -71,6 +71,7 @@ class JitFunction:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.allow_other_target = allow_other_target
         self.simplify = simplify
+        self.layout = layout
         self._modules: dict[tuple, Module] = {}
         self._lock = threading.Lock()
         self.events: list[JitEvent] = []
@@ -114,6 +115,8 @@ class JitFunction:
             "simplify": SIMPLIFY_VERSION if self.simplify else None,
             "module_version": MODULE_VERSION, **versions(),
         }
+        if self.layout != "auto":  # a forced layout builds another graph (auto keeps old keys)
+            doc["layout"] = self.layout
         text = json.dumps(doc, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()[:32]
 
@@ -151,7 +154,8 @@ class JitFunction:
                              simplify=self.simplify)
         logs = self.logs if self.logs is not None and self.logs.exists() else None
         compiled = compile_model(model, self.hw, logs=logs,
-                                 allow_other_target=self.allow_other_target)
+                                 allow_other_target=self.allow_other_target,
+                                 layout=self.layout)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         # Export under a temporary name, then rename: a concurrent process sees either
         # no entry or a whole one (the library first, its description last).
@@ -169,7 +173,7 @@ class JitFunction:
 
 def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None = None,
         cache_dir: str | Path | None = None, allow_other_target: bool = False,
-        name: str | None = None, simplify: bool = True) -> JitFunction:
+        name: str | None = None, simplify: bool = True, layout: str = "auto") -> JitFunction:
     """A callable that compiles ``model`` from ``logs`` on first call per input shape.
 
     Parameters
@@ -189,6 +193,9 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
         What to call the model in messages.
     simplify : bool
         Simplify the graph before planning (default), as :func:`tvm_fusion.import_model`.
+    layout : str
+        Convolution layout when the logs hold no plan for a signature (``auto``, ``nchw``,
+        ``nchwc``; :mod:`tvm_fusion.plan.layout`); a stored plan keeps its own.
 
     Returns
     -------
@@ -196,4 +203,4 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
     """
     return JitFunction(model, target=target, logs=logs, cache_dir=cache_dir,
                        allow_other_target=allow_other_target, name=name,
-                       simplify=simplify)
+                       simplify=simplify, layout=layout)
