@@ -66,6 +66,9 @@ def run(names: list[str], per_task: int, seed: int, log=print) -> list[Row]:
                             info={"err": err, "layout": compiled.plan.layout,
                                   "kernels": len(compiled.kernels),
                                   "predicted_us": round(compiled.plan.est_us, 1)}))
+        interleave(rows, rounds=3, log=log)  # the untuned rows now, in case tuning runs long
+        log(table(rows))
+        for layout in ("nchw", "nchwc"):
             if per_task <= 0:
                 continue
             logs = work / f"logs-{name}-{layout}"
@@ -84,6 +87,8 @@ def run(names: list[str], per_task: int, seed: int, log=print) -> list[Row]:
                                   "untuned_kernels": len(compiled.untuned),
                                   "kernel_sum_ms": report.est_ms}))
             log(f"{name} {layout}: {n} tasks, {report.trials_total} trials, {tune_s:.0f} s")
+    for r in rows:
+        r.times_ms.clear()
     interleave(rows, rounds=5, log=log)
     return rows
 
