@@ -69,6 +69,8 @@ def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
     assert gpu.layout == "NCHW" and "cuda target" in gpu.layout_reason
     with pytest.raises(PlanError, match="is for CPU targets"):
         plan_model(model.mod, "a100", layout="nchwc")
+    _, gemm = plan_model(import_model(oc.split_gemm()).mod, "x86_avx512")
+    assert gemm.layout == "NCHW" and gemm.layout_reason == "no conv2d: NCHW"
     back = FusionPlan.from_json(json.loads(json.dumps(cpu.to_json())))
     assert back.layout == "NCHW16c" and back.layout_reason == cpu.layout_reason
 

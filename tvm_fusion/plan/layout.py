@@ -114,12 +114,13 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
         return base_graph, dataclasses.replace(
             base, layout_reason=f"{hw.family} target: activations keep the model's layout")
     name = blocked_layout(hw)
+    if not count_blocked_convs(mod)[1]:  # no conv: skip the second graph
+        return base_graph, dataclasses.replace(base, layout_reason="no conv2d: NCHW")
     blocked_mod = convert_layout(mod, name)
     k, total = count_blocked_convs(blocked_mod)
     if not k:
-        why = (f"no conv2d with channels divisible by {block_of(name)}" if total
-               else "no conv2d")
-        return base_graph, dataclasses.replace(base, layout_reason=f"{why}: NCHW")
+        return base_graph, dataclasses.replace(base, layout_reason=(
+            f"no conv2d with channels divisible by {block_of(name)}: NCHW"))
     graph = build_graph(blocked_mod)
     plan = make_plan(graph, hw)
     count, nbytes, t_us = _transform_terms(graph, hw)
