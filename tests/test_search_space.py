@@ -227,6 +227,29 @@ def _depthwise(c=16, h=8, w=16):
     return tvm.IRModule({"main": func}), ref
 
 
+def _conv_nchwc(chunks=2, h=4, w=8, lanes=16):
+    """A 3x3 conv in NCHW16c / OIHW16o (the planner's blocked layout, groups=1)."""
+    ic = chunks * lanes
+    x = te.placeholder((1, chunks, h + 2, w + 2, lanes), name="x")
+    k = te.placeholder((chunks, ic, 3, 3, lanes), name="k")
+    c = te.reduce_axis((0, ic), name="c")
+    kh = te.reduce_axis((0, 3), name="kh")
+    kw = te.reduce_axis((0, 3), name="kw")
+    y = te.compute((1, chunks, h, w, lanes), lambda b, o, oh, ow, ob: te.sum(
+        x[b, c // lanes, oh + kh, ow + kw, c % lanes] * k[o, c, kh, kw, ob],
+        axis=[c, kh, kw]), name="conv")
+    z = topi.nn.relu(y)
+    func = te.create_prim_func([x, k, z]).with_attr("global_symbol", "main")
+
+    def ref(x, k, _):
+        xc = x.transpose(0, 1, 4, 2, 3).reshape(1, ic, h + 2, w + 2)
+        win = np.stack([xc[0, :, dy:dy + h, dx:dx + w] for dy in range(3)
+                        for dx in range(3)], 1)  # (ic, 9, h, w)
+        out = np.einsum("cthw,octb->obhw", win, k.reshape(chunks, ic, 9, lanes))
+        return np.maximum(out.transpose(0, 2, 3, 1)[None], 0)
+    return tvm.IRModule({"main": func}), ref
+
+
 def _silu(n=2048):
     x = te.placeholder((4, n), name="x")
     y = te.compute((4, n), lambda i, j: x[i, j] * te.sigmoid(x[i, j]), name="y")
@@ -260,6 +283,7 @@ def _postprocessed(ctx, sch):
 
 
 @pytest.mark.parametrize("kernel, rule", [(_mm_bias_relu_residual, "register_tile"),
+                                          (_conv_nchwc, "register_tile"),
                                           (_depthwise, "depthwise"),
                                           (_depthwise, "plain"),
                                           (_silu, "plain")])

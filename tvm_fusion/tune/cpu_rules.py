@@ -30,6 +30,7 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.target.codegen import target_has_features
+from tvm.sym.analyzer import Analyzer
 from tvm.sym.pattern import detect_linear_equation
 from tvm.tirx.analysis import undefined_vars
 
@@ -82,6 +83,15 @@ def _extent(sch, loop) -> int | None:
 
 def _vars(expr) -> set:
     return {v.name for v in undefined_vars(expr)}
+
+
+def _region_vars(blk, access) -> list[set]:
+    """Per dimension of ``access``, the block iterators its index reads, once simplified
+    over the iterators' ranges (a grouped conv's ``(o * 16 + lane) // 128`` reads none)."""
+    an = Analyzer()
+    for iv in blk.iter_vars:
+        an.bind(iv.var, iv.dom)
+    return [_vars(an.simplify(r.min)) for r in access.region]
 
 
 @dataclass(frozen=True)
@@ -139,12 +149,15 @@ def _nest(sch, blk) -> _Nest | None:
 
 
 def _contraction(blk, nest: _Nest, lanes: int):
-    """(lane iterator, row iterator or None) of ``C[..., j] += X * Y``; None if not one.
+    """(lanes, rows, columns) iterators of ``C[..., j] += X * Y``; None if not one.
 
-    The lane iterator is the output's last index; the operand that does not read it is
-    broadcast into the lanes, and the row iterator is its innermost spatial iterator the
-    vector operand does not read (a GEMM's ``i``, an NCHW conv's output channel). A
-    depthwise conv has none: its weight shares the channel with the input.
+    The lane iterator ``j`` is the output's last index; the operand that does not read it
+    is broadcast into the lanes. ``rows`` is the innermost spatial iterator the broadcast
+    operand reads and the vector operand does not (a GEMM's ``i``, an NCHW conv's output
+    channel, an NCHWc conv's output column), ``columns`` the innermost one the vector
+    operand reads and the broadcast one does not (an NCHWc conv's channel chunk), which
+    widens a tile whose lanes are all of ``j``. A depthwise conv has no rows: its weight
+    shares the channel with the input (in NCHWc both operands read the lanes).
     """
     if not nest.reduction or len(blk.writes) != 1 or blk.init is None:
         return None
@@ -155,20 +168,23 @@ def _contraction(blk, nest: _Nest, lanes: int):
     reads = [r for r in blk.reads if not r.source.same_as(out)]
     if len(reads) != 2 or not isinstance(store.value, tvm.tirx.Add):
         return None
-    last = _vars(store.indices[-1])
     j = nest.spatial[-1]
-    if last != {nest.names[j]} or nest.extents[j] % lanes:
+    if _region_vars(blk, blk.writes[0])[-1] != {nest.names[j]} or nest.extents[j] % lanes:
         return None
-    used = [set().union(*(_vars(r.min) for r in rd.region)) for rd in reads]
+    used = [set().union(*_region_vars(blk, rd)) for rd in reads]
     vec = [k for k in range(2) if nest.names[j] in used[k]]
     if not vec:
         return None
-    if len(vec) == 2:  # both read the lanes: a depthwise conv in NCHWc (channels in lanes)
-        return j, None
+    if len(vec) == 2:
+        return j, None, None
     bcast, vector = used[1 - vec[0]], used[vec[0]]
-    rows = [s for s in nest.spatial[:-1] if nest.names[s] in bcast
-            and nest.names[s] not in vector and nest.extents[s] > 1]
-    return j, (rows[-1] if rows else None)
+
+    def innermost(reads_it, skips_it):
+        found = [s for s in nest.spatial[:-1] if nest.names[s] in reads_it
+                 and nest.names[s] not in skips_it and nest.extents[s] > 1]
+        return found[-1] if found else None
+    cols = innermost(vector, bcast) if nest.extents[j] == lanes else None
+    return j, innermost(bcast, vector), cols
 
 
 def _epilogue(sch, block, at) -> list:
@@ -209,17 +225,20 @@ def _vectorize_tail(sch, blocks, lanes: int) -> None:
         sch.annotate(b, MARK, "tvm_fusion.epilogue")
 
 
-def register_tile(sch, block, nest: _Nest, j: int, rows: int, max_rows: int,
-                  max_vecs: int, lanes: int, mark: str = "register_tile") -> None:
+def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
+                  max_rows: int, max_vecs: int, lanes: int,
+                  mark: str = "register_tile") -> None:
     """Schedule ``block`` as an MR x NR vector-FMA tile (see the module docstring).
 
     ``rows`` is the iterator whose MR values share one broadcast; MR and NR / lanes are
-    ``sample_perfect_tile`` decisions bounded by ``max_rows`` and ``max_vecs``.
+    ``sample_perfect_tile`` decisions bounded by ``max_rows`` and ``max_vecs``. The NR / lanes
+    vectors split ``j`` beyond its lanes, or, given, the ``cols`` iterator (``j`` is then
+    exactly one vector).
     """
     loops = sch.get_loops(block)
     outer, middle = [], []
     for s in nest.spatial:
-        if s in (j, rows):
+        if s in (j, rows, cols):
             continue
         o, m = sch.split(loops[s], sch.sample_perfect_tile(loops[s], n=2,
                                                            max_innermost_factor=64))
@@ -227,7 +246,10 @@ def register_tile(sch, block, nest: _Nest, j: int, rows: int, max_rows: int,
         middle.append(m)
     r0, r1, r2 = sch.split(loops[rows], sch.sample_perfect_tile(
         loops[rows], n=3, max_innermost_factor=max_rows))
-    jo, jv = sch.split(loops[j], [None, lanes])
+    if cols is None:
+        jo, jv = sch.split(loops[j], [None, lanes])
+    else:
+        jo, jv = loops[cols], loops[j]
     j0, j1, j2 = sch.split(jo, sch.sample_perfect_tile(jo, n=3,
                                                        max_innermost_factor=max_vecs))
     red = [loops[r] for r in nest.reduction]
@@ -265,10 +287,11 @@ class RegisterTileRule(PyScheduleRule):
         match = _contraction(blk, nest, lanes)
         if match is None:
             return [sch]
-        j, rows = match
+        j, rows, cols = match
         if self.depthwise:
             if rows is not None:
                 return [sch]
+            cols = None
             # several output rows (NCHW) or columns (NCHWc) per tile share nothing but
             # the weight broadcast; they are the accumulators
             cand = [s for s in nest.spatial[:-1] if nest.extents[s] > 1]
@@ -284,7 +307,7 @@ class RegisterTileRule(PyScheduleRule):
                 continue
             new = sch.copy()
             try:
-                register_tile(new, block, nest, j, rows, max_rows, max_vecs, lanes,
+                register_tile(new, block, nest, j, rows, cols, max_rows, max_vecs, lanes,
                               "depthwise" if self.depthwise else "register_tile")
             except tvm.TVMError:  # ScheduleError: this nest cannot take the tile
                 continue
@@ -310,7 +333,7 @@ def _plain_lanes(blk, nest: _Nest, lanes: int) -> int | None:
     var = blk.iter_vars[v].var
     for acc in list(blk.reads) + list(blk.writes):
         *rest, last = [r.min for r in acc.region] or [None]
-        if any(var.name in _vars(e) for e in rest):
+        if any(var.name in used for used in _region_vars(blk, acc)[:-1]):
             return None  # a strided (gathering) access along the lanes
         if last is not None and var.name in _vars(last):
             coef = detect_linear_equation(last, [var])
