@@ -101,6 +101,25 @@ def cmd_targets(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from .tune.calibrate import calibrate_host, check_inputs, write_target
+
+    base = load_target(args.target)
+    check_inputs(base, args.name)
+    out = Path(args.output or f"{args.name}.json")
+    if out.suffix != ".json" or not out.parent.is_dir():
+        write_target({}, out)  # raises the message naming -o and the fix
+    doc = calibrate_host(base, name=args.name, repeat=args.repeat)
+    write_target(doc, out)
+    for key in ("call_overhead_us", "launch_overhead_us", "dram_bandwidth_gbs",
+                "cache_bandwidth_gbs"):
+        print(f"{key:>20}: {doc[key]['value']}")
+    for key, node in doc["peak_flops"].items():
+        print(f"{'peak ' + key:>20}: {node['value']:.4g}")
+    print(f"target written to {out} (use it as --target {out})")
+    return 0
+
+
 def cmd_plan(args) -> int:
     model = _model_from_args(args)
     graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout)
@@ -327,6 +346,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("targets", help="list the known hardware targets and their key numbers")
     t.set_defaults(func=cmd_targets)
+
+    ca = sub.add_parser("calibrate", help="measure this machine's overheads, bandwidths and "
+                        "peaks; write a target file",
+                        description="Measure the kernel call and fork-join overhead, cache "
+                                    "and DRAM bandwidth and fp32/fp64 GEMM peaks of this "
+                                    "machine and write a hardware description whose "
+                                    "numbers cite the measurement.")
+    ca.add_argument("--target", default="host",
+                    help="the machine to describe: host (the one this runs on)")
+    ca.add_argument("--name", default="host_calibrated",
+                    help="name of the written target (default host_calibrated)")
+    ca.add_argument("-o", "--output", metavar="FILE.json",
+                    help="where to write it (default ./NAME.json)")
+    ca.add_argument("--repeat", type=_count(1), default=5,
+                    help="timed repeats per probe, the minimum is kept (default 5)")
+    ca.set_defaults(func=cmd_calibrate)
 
     pl = sub.add_parser("plan", help="print the fusion groups of a model and save the plan",
                         description="Partition the model's operators into kernels for the "

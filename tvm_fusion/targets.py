@@ -36,9 +36,20 @@ INT_FIELDS = ("compute_units", "l1_bytes_per_unit", "shared_memory_bytes_per_uni
               "registers_per_unit", "max_threads_per_unit", "warp_size",
               "max_threads_per_block", "vector_width_bits")
 FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth_gbs", "launch_overhead_us")
+# Measured by `tvm-fusion calibrate` (tune/calibrate.py); optional, so that descriptions
+# without them keep their hardware hash. call_overhead_us: one serial kernel call through
+# the Relax VM (the cost model's CPU_CALL_US where absent); cache_bandwidth_gbs: copy
+# bandwidth of a buffer that stays in the cores' L2.
+OPTIONAL_FLOAT_FIELDS = ("call_overhead_us", "cache_bandwidth_gbs")
 PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
 EXPECTED_KEYS = (*PLAIN_FIELDS, "tvm_config", "peak_flops", *INT_FIELDS, *FLOAT_FIELDS,
                  "features")
+ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS)
+# Hardware hashes a shipped description had before its values were re-measured. Tuning
+# logs keyed by one of them were measured on the same machine with the same TVM target
+# (tvm_config is unchanged: a new tvm_config is a new target), so they still apply; any
+# other hash is refused (tune/logs.py says what to do).
+PREVIOUS_HASHES: dict[str, tuple[str, ...]] = {}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,6 +81,8 @@ class HardwareTarget:
     features: tuple[str, ...]
     launch_overhead_us: float
     sources: Mapping[str, str]
+    call_overhead_us: float | None = None
+    cache_bandwidth_gbs: float | None = None
 
     def __hash__(self) -> int:  # mappings are unhashable; the content hash stands in
         return hash(self.hardware_hash)
@@ -108,7 +121,8 @@ class HardwareTarget:
     def to_json_dict(self) -> dict[str, Any]:
         """The description in the file schema (``{"value", "source"}`` per number)."""
         out: dict[str, Any] = {k: getattr(self, k) for k in PLAIN_FIELDS}
-        for key in EXPECTED_KEYS[len(PLAIN_FIELDS):]:
+        optional = tuple(k for k in OPTIONAL_FLOAT_FIELDS if getattr(self, k) is not None)
+        for key in (*EXPECTED_KEYS[len(PLAIN_FIELDS):], *optional):
             if key == "peak_flops":
                 out[key] = {k: {"value": v, "source": self.sources[f"peak_flops.{k}"]}
                             for k, v in self.peak_flops.items()}
@@ -129,6 +143,11 @@ class HardwareTarget:
         values = {k: _strip_sources(v) for k, v in doc.items()}
         text = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def previous_hashes(self) -> tuple[str, ...]:
+        """Earlier hashes of this shipped description whose logs still apply."""
+        return PREVIOUS_HASHES.get(self.name, ())
 
     def summary_row(self) -> dict[str, str]:
         """The key numbers as strings, one row of the ``tvm-fusion targets`` table."""
@@ -255,8 +274,9 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
     if not isinstance(doc, dict):
         raise TargetError(f"{origin}: expected a JSON object with keys {expected}")
     for key in doc:
-        if key not in EXPECTED_KEYS:
-            raise TargetError(f"{origin}: unknown key {key!r}. Expected keys: {expected}")
+        if key not in ALLOWED_KEYS:
+            raise TargetError(f"{origin}: unknown key {key!r}. Expected keys: {expected} "
+                              f"(optional: {', '.join(OPTIONAL_FLOAT_FIELDS)})")
     for key in EXPECTED_KEYS:
         if key not in doc:
             raise TargetError(f"{origin}: missing field {key!r}. Expected keys: {expected}")
@@ -288,7 +308,7 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
             raise TargetError(f"{origin}: {key!r} value must be a non-negative integer, "
                               f"got {val!r}")
         values[key] = val
-    for key in FLOAT_FIELDS:
+    for key in (*FLOAT_FIELDS, *(k for k in OPTIONAL_FLOAT_FIELDS if k in doc)):
         val = sourced(key, doc[key])
         if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
             raise TargetError(f"{origin}: {key!r} value must be a non-negative number, got {val!r}")

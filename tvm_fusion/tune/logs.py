@@ -154,7 +154,9 @@ def manifest_problems(m: dict, path: Path, hw=None) -> tuple[list[str], list[str
             mine, theirs = json.loads(here["key"]), json.loads(key)
             diffs += [f"{k}: logs {theirs.get(k)!r}, here {mine.get(k)!r}"
                       for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
-        if stored.get("hardware_hash") != here["hardware_hash"]:
+        if (stored.get("hardware_hash") != here["hardware_hash"]
+                and not (key == here["key"]
+                         and stored.get("hardware_hash") in hw.previous_hashes)):
             diffs.append(f"hardware hash: logs {str(stored.get('hardware_hash'))[:12]}, "
                          f"here {here['hardware_hash'][:12]}")
         if diffs:
@@ -163,7 +165,11 @@ def manifest_problems(m: dict, path: Path, hw=None) -> tuple[list[str], list[str
                 f"{hw.name!r} ({'; '.join(diffs)}). Schedules tuned for other hardware "
                 "can be slow or fail here, so they are refused; to deploy them anyway pass "
                 "allow_other_target=True (CLI: --allow-other-target), or tune for this "
-                "target into a new log directory")
+                "target into a new log directory"
+                + ("" if key != here["key"] else
+                   ". The TVM target is the same: only the description's numbers differ "
+                   "(a re-measured or calibrated file); if the records were measured on "
+                   "this machine they still hold, and --allow-other-target uses them"))
     return version, target
 
 

@@ -1,0 +1,199 @@
+"""Measure what the cost model assumes about this machine, and write it as a target file.
+
+``tvm-fusion calibrate --target host`` runs four probes and writes a hardware description
+(the ``hw_targets`` schema) whose measured numbers each cite their probe:
+
+``call_overhead_us``
+    One serial kernel call through the Relax VM: a chain of ``CHAIN`` kernels, each an
+    add over 64 x 64 floats, minus a chain of one, per kernel.
+``launch_overhead_us``
+    The same chain with the outer loop parallel (a fork-join of TVM's thread pool per
+    kernel), minus the serial chain, per kernel: what the planner charges per parallel
+    loop nest.
+``dram_bandwidth_gbs``, ``cache_bandwidth_gbs``
+    A parallel, vectorized copy (bytes read + bytes written per second) of a buffer far
+    larger than the last-level cache, and of one that fits the cores' L2 together (the
+    fork-join measured above subtracted from each call).
+``peak_flops``
+    fp32 and fp64 GEMM through numpy's BLAS (2048^3, best of the repeats) in a child
+    process with ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` unset (the machine sets
+    them, which halves OpenBLAS' rate): an achievable peak, not the datasheet's.
+
+Everything else (caches, cores, flags) comes from the detected ``host``. Timings are the
+minimum over ``repeat`` runs: on a shared machine the minimum is the least disturbed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from ..errors import TargetError
+from ..targets import NAME_RE, target_from_dict
+
+CHAIN = 32           # kernels per chain in the call-overhead probes
+SMALL = (64, 64)     # their tensors
+GEMM_N = 2048
+_BLAS_PROBE = """
+import json, sys, time
+import numpy as np
+n, repeat = int(sys.argv[1]), int(sys.argv[2])
+out = {}
+for dtype in ("float32", "float64"):
+    a, b = np.ones((n, n), dtype), np.ones((n, n), dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    out[dtype] = 2 * n ** 3 / best
+print(json.dumps(out))
+"""
+
+def _kernel(shape, *, parallel: bool, copy: bool = False):
+    """A PrimFunc: ``b = a + 1`` (or a copy) over ``shape``, outer loop parallel or not."""
+    a = te.placeholder(shape, "float32", name="a")
+    b = te.compute(shape, (lambda *i: a(*i)) if copy else (lambda *i: a(*i) + 1.0), name="b")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    loops = sch.get_loops(sch.get_sblock("b"))
+    if parallel:
+        sch.parallel(loops[0])
+    if copy and len(loops) > 1:
+        sch.vectorize(sch.split(loops[-1], [None, 16])[1])
+    return sch.mod["main"].with_attr("global_symbol", "k")
+
+
+def _chain_vm(target, n: int, *, parallel: bool):
+    """A Relax VM whose ``main`` calls the kernel ``n`` times in a chain."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(SMALL, "float32"))
+    with bb.function("main", [x]):
+        gv = bb.add_func(_kernel(SMALL, parallel=parallel), "k")
+        with bb.dataflow():
+            cur = x
+            for _ in range(n):
+                cur = bb.emit(relax.call_tir(gv, [cur], relax.TensorType(SMALL, "float32")))
+            out = bb.emit_output(cur)
+        bb.emit_func_output(out)
+    ex = relax.build(bb.get(), target)
+    return relax.VirtualMachine(ex, tvm.cpu())
+
+
+def _time_vm(vm, arg, repeat: int, number: int) -> float:
+    """Minimum seconds per call of ``vm["main"](arg)``."""
+    res = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)(arg)
+    return min(res.results)
+
+
+def call_overheads(target, repeat: int) -> tuple[float, float]:
+    """(serial call us, fork-join us) per kernel, from chains of CHAIN and 1 kernels."""
+    arg = tvm.runtime.tensor(np.zeros(SMALL, "float32"))
+    per = {}
+    for parallel in (False, True):
+        t_long = _time_vm(_chain_vm(target, CHAIN, parallel=parallel), arg, repeat, 50)
+        t_one = _time_vm(_chain_vm(target, 1, parallel=parallel), arg, repeat, 50)
+        per[parallel] = (t_long - t_one) / (CHAIN - 1) * 1e6
+    return per[False], max(per[True] - per[False], 0.0)
+
+
+def copy_bandwidth(target, nbytes: int, repeat: int, *, fork_join_us: float) -> float:
+    """GB/s of a parallel vectorized copy of ``nbytes`` (read + written)."""
+    n = max(nbytes // 4 // 1024, 1)
+    lib = tvm.compile(_kernel((n, 1024), parallel=True, copy=True), target=target)
+    a = tvm.runtime.tensor(np.ones((n, 1024), "float32"))
+    b = tvm.runtime.tensor(np.zeros((n, 1024), "float32"))
+    number = max(1, int(2e8 // max(n * 4096, 1)))
+    timer = lib.jit().time_evaluator("k", tvm.cpu(), number=number, repeat=repeat)
+    best = min(timer(a, b).results)
+    best = max(best - fork_join_us * 1e-6, best * 0.05)
+    return 2 * n * 4096 / best / 1e9
+
+
+def blas_peaks(repeat: int) -> dict[str, float]:
+    """FLOP/s of numpy's fp32 and fp64 GEMM (see the module docstring)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    out = subprocess.run([sys.executable, "-c", _BLAS_PROBE, str(GEMM_N), str(repeat)],
+                         capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_inputs(base, name: str) -> None:
+    """Refuse what calibration cannot do before measuring anything."""
+    if base.family != "cpu":
+        raise TargetError(f"calibrate measures the machine it runs on: target {base.name!r} "
+                          f"is a {base.family} GPU; run `tvm-fusion calibrate --target host` "
+                          "on the machine to describe (a GPU device through `offline` is "
+                          "not implemented yet)")
+    if not NAME_RE.fullmatch(name):
+        raise TargetError(f"--name {name!r} is not a plain target name (letters, digits, "
+                          "'_', '-', '.', '+'), e.g. --name my_host")
+
+
+def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
+    """Measure this machine and return the description of ``base`` (the detected host)
+    with the measured values, in the ``hw_targets`` file schema.
+
+    Parameters
+    ----------
+    base : HardwareTarget
+        The detected ``host`` (caches, cores, flags, tvm_config).
+    name : str
+        The ``name`` of the written description.
+    repeat : int
+        Timed repeats per probe (the minimum is kept).
+    """
+    check_inputs(base, name)
+    target = base.tvm_target()
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cite = f"measured by `tvm-fusion calibrate` on {when} (min of {repeat} runs)"
+    call_us, fork_us = call_overheads(target, repeat)
+    llc, l2 = base.llc_bytes, base.l2_bytes_per_unit * base.compute_units
+    big = min(max(4 * llc, 256 << 20), 1 << 30)  # far past the LLC, within memory
+    small = max(min(l2 // 4, 4 << 20), 64 << 10)
+    dram = copy_bandwidth(target, big, repeat, fork_join_us=fork_us)
+    cache = copy_bandwidth(target, small, max(repeat, 20), fork_join_us=fork_us)
+    peaks = blas_peaks(repeat)
+    doc = base.to_json_dict()
+    doc["name"] = name
+    doc["description"] = f"{base.description}; calibrated {when}"
+    doc["launch_overhead_us"] = {"value": round(fork_us, 3), "source": (
+        f"{cite}: {CHAIN} chained {SMALL[0]}x{SMALL[1]} add kernels through the Relax VM "
+        f"with a parallel outer loop, minus the serial chain, per kernel (a fork-join)")}
+    doc["call_overhead_us"] = {"value": round(call_us, 3), "source": (
+        f"{cite}: {CHAIN} chained serial {SMALL[0]}x{SMALL[1]} add kernels through the "
+        "Relax VM minus a chain of one, per kernel")}
+    doc["dram_bandwidth_gbs"] = {"value": round(dram, 2), "source": (
+        f"{cite}: parallel vectorized copy of {big >> 20} MB (4x the last-level cache, "
+        "256 MB to 1 GB), bytes read + written per second")}
+    doc["cache_bandwidth_gbs"] = {"value": round(cache, 2), "source": (
+        f"{cite}: parallel vectorized copy of {small >> 10} KB (fits the cores' L2), read + "
+        f"written per second, the {fork_us:.2f} us fork-join subtracted")}
+    for dtype, key in (("float32", "fp32_vector"), ("float64", "fp64_vector")):
+        doc["peak_flops"][key] = {"value": float(f"{peaks[dtype]:.4g}"), "source": (
+            f"{cite}: numpy {dtype} GEMM {GEMM_N}^3 (OpenBLAS, OPENBLAS_CORETYPE and "
+            "OPENBLAS_L2_SIZE unset), an achievable peak")}
+    target_from_dict(doc, origin="calibrated host")  # what load_target will accept
+    return doc
+
+
+def write_target(doc: dict, path: Path) -> Path:
+    """Write a description as JSON (``load_target(path)`` reads it back)."""
+    path = Path(path)
+    if path.suffix != ".json":
+        raise TargetError(f"-o {path}: a target file must end in .json (load_target reads "
+                          "paths ending in .json), e.g. -o my_host.json")
+    if not path.parent.is_dir():
+        raise TargetError(f"-o {path}: directory {path.parent} does not exist; create it or "
+                          "write the file elsewhere")
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
