@@ -7,22 +7,27 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     constant/model input a member reads, and each tensor produced outside the group
     (once, however many members read it). Escaping outputs: members read outside the
     group or returned by the model. Intermediates read only inside stay on chip.
-    CPUs: an activation (a tensor some node produces, not a model output) no larger
-    than the cores' L2 together (``l2_bytes_per_unit * compute_units``) stays in cache
-    between the kernel that writes it and the next that reads it, and is not DRAM
-    traffic of either (a parallel kernel leaves its slices in the L2 of the cores that
-    wrote them).
+    An activation (a tensor some node produces, not a model output) that fits the cache
+    stays there between the kernel that writes it and the next that reads it, and is
+    not DRAM traffic of either. CPUs: no larger than the cores' L2 together
+    (``l2_bytes_per_unit * compute_units``; a parallel kernel leaves its slices in the
+    L2 of the cores that wrote them). GPUs: no larger than the L2 (``llc_bytes``: 40 MB
+    on A100, 50 MB on H100/H200, 8 MB per MI250X GCD).
+    A gather (``take`` of an embedding table) reads the rows it gathers, not its table:
+    ``min(table bytes, output bytes)`` of the table.
 ``staged_bytes`` (the working set one block or core task must hold)
     For a multi-pass reduction (``passes`` >= 2: softmax, layer norm) whose producer is
     in the group, one row of its input: ``reduce_len * dtype bytes``. Elementwise chains
     and GEMM epilogues stream through registers and stage nothing.
 ``onchip_bytes`` (the capacity it is checked against)
-    GPUs: ``usable_shared_memory_per_block`` (shared memory / LDS one TVM kernel may
-    use: A100 48 KB, TVM's static limit; MI250X 64 KB). CPUs: ``l2_bytes_per_unit``
+    GPUs: ``usable_shared_memory_per_block`` (static shared memory / LDS one TVM kernel
+    may use: A100 48 KB, TVM's static limit; MI250X 64 KB), or for a schedule that
+    allocates dynamic shared memory (dlight's WMMA GEMM) ``shared_memory_bytes_per_block``
+    (the opt-in limit: 163 KB A100, 227 KB H100/H200). CPUs: ``l2_bytes_per_unit``
     (private L2 per core; ``llc_bytes / compute_units`` when there is none).
 ``spill_bytes``, ``recompute_flops``
     A multi-pass reduction whose row does not fit re-reads its input once per extra pass
-    (``(passes-1) * input bytes``), or, when its producers are fused in, recomputes them
+    (``(passes-1) * input bytes``; nothing when that input stays in cache), or, when its producers are fused in, recomputes them
     once per extra pass (``(passes-1) *`` their FLOPs and their external input bytes).
 ``compute_us``
     sum of FLOPs / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
@@ -35,14 +40,17 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
 ``memory_us``
     ``dram_bytes / dram_bandwidth_gbs``.
 ``tiles``, ``parallel_fraction``
-    Independent output tiles of the group: the minimum over its members of
+    CPUs: independent output tiles of the group: the minimum over its members of
     ceil(out elements / 256) for elementwise ops, ceil(out elements / 4096) (64x64
     tiles) for contractions, rows for reductions. ``parallel_fraction`` =
-    min(1, tiles / compute_units): a group with 16 tiles keeps 16 of A100's 108 SMs busy.
+    min(1, tiles / compute_units). GPUs: thread blocks of dlight's schedule of the
+    group, occupancy from registers and shared memory, wave quantization and latency
+    hiding (:mod:`.gpu_terms`); ``parallel_fraction`` = roofline time / the time those
+    terms give (so ``total_us`` below holds on both).
 ``launch_us``
-    GPUs: ``launch_overhead_us`` (one kernel). CPUs: ``CPU_CALL_US`` per kernel (the
-    Relax VM's call of a serial kernel, measured at 0.46 us on the development
-    machine) plus ``launch_overhead_us`` per *parallel loop nest*: TVM runs each
+    GPUs: ``launch_overhead_us`` (one kernel). CPUs: ``call_overhead_us`` per kernel
+    where a calibrated description has it, else ``CPU_CALL_US`` (the Relax VM's call of
+    a serial kernel, measured at 0.46 us on the development machine) plus ``launch_overhead_us`` per *parallel loop nest*: TVM runs each
     top-level nest of a kernel as its own parallel region (a fork-join of the thread
     pool, measured at 6.7 us on the same machine). A GEMM/conv with its
     elementwise epilogue and prologues is one nest; every other contraction, every pass
@@ -67,6 +75,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..graph import OpGraph
+from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak
 from .op_info import OpInfo, graph_info
 
@@ -95,6 +104,12 @@ class GroupCost:
     launch_us: float
     total_us: float
     source: str = "analytical"
+    # GPUs (see gpu_terms): resident blocks per SM / CU, their share of its threads,
+    # waves of blocks, and how much of the DRAM latency the resident warps hide
+    blocks_per_unit: int = 0
+    occupancy: float = 1.0
+    waves: int = 1
+    latency_hiding: float = 1.0
 
     @property
     def fits(self) -> bool:
@@ -124,11 +139,12 @@ class _Terms:
     tiles: int = 1 << 62
 
 
-def onchip_capacity(hw) -> int:
-    """Bytes one block (GPU) or one core's task (CPU) may keep on chip."""
+def onchip_capacity(hw, *, dynamic: bool = False) -> int:
+    """Bytes one block (GPU) or one core's task (CPU) may keep on chip (``dynamic``: a
+    GPU schedule that allocates dynamic shared memory, up to the opt-in limit)."""
     if hw.family == "cpu":
         return hw.l2_bytes_per_unit or hw.llc_bytes // max(hw.compute_units, 1)
-    return hw.usable_shared_memory_per_block
+    return hw.shared_memory_bytes_per_block if dynamic else hw.usable_shared_memory_per_block
 
 
 def peak_flops(hw, dtype: str, *, matrix: bool) -> float:
@@ -213,8 +229,10 @@ def _reduction(model, nid, members, terms):
     if row <= onchip_capacity(model.hw):
         return
     extra = info.passes - 1
-    if not fused_in:  # re-read the input from DRAM once per extra pass
-        terms.spill_bytes += extra * info.in_bytes
+    if not fused_in:  # re-read the input from DRAM once per extra pass, unless cached
+        node = model.graph.nodes[nid]
+        if not (node.inputs and all(model.cache_resident(p) for p in node.inputs)):
+            terms.spill_bytes += extra * info.in_bytes
         return
     for a in fused_in:  # recompute the fused producers once per extra pass
         anode = model.graph.nodes[a]
@@ -241,7 +259,22 @@ class AnalyticalCostModel:
         """Bytes ``nid`` reads that no node produces (weights, constants, model inputs)."""
         node = self.graph.nodes[nid]
         made = sum(self.graph.result_bytes(item) for item in self._reads(node))
-        return max(node.bytes_read - made, 0)
+        const = max(node.bytes_read - made, 0)
+        table = self._gather_table_bytes(node) if const else 0
+        if table and table <= const:  # a gather reads the rows it gathers
+            return const - table + min(table, node.bytes_written)
+        return const
+
+    def _gather_table_bytes(self, node) -> int:
+        """Bytes of the table a ``take`` gathers from (its first buffer), else 0."""
+        if not node.op.startswith("take"):
+            return 0
+        try:
+            buf = self.graph.mod[node.op].params[0]  # TIR params are buffers in 0.27
+            elems = math.prod(int(d) for d in buf.shape)
+        except (KeyError, ValueError, AttributeError, IndexError, TypeError):
+            return 0
+        return elems * max(tvm_bits(str(buf.dtype)) // 8, 1)
 
     def _reads(self, node):
         """(producer, result index) pairs ``node`` reads (every result of a producer
@@ -293,10 +326,12 @@ class AnalyticalCostModel:
         return sorted(seen)
 
     def cache_resident(self, nid: int) -> bool:
-        """Whether ``nid``'s result stays in cache between kernels (CPUs; see above)."""
+        """Whether ``nid``'s result stays in cache between kernels (see above)."""
         hw = self.hw
-        if hw is None or hw.family != "cpu" or nid in self.outputs:
+        if hw is None or nid in self.outputs:
             return False
+        if hw.family != "cpu":
+            return self.graph.nodes[nid].bytes_written <= hw.llc_bytes
         l2 = hw.l2_bytes_per_unit * max(hw.compute_units, 1) or hw.llc_bytes
         return self.graph.nodes[nid].bytes_written <= l2
 
@@ -347,7 +382,28 @@ class AnalyticalCostModel:
                           if self.infos[a].role == "elementwise" and self.escapes(a, members)]
         if not nests:  # elementwise only: inlined into one nest
             nests.append(min(math.ceil(self.infos[n].out_elems / ELEM_TILE) for n in members))
-        return CPU_CALL_US + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
+        call = CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us
+        return call + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
+
+    def _gpu_tiles(self, members, res, tiles: int) -> int:
+        """Thread blocks of dlight's schedule of the group (:mod:`.gpu_terms`)."""
+        if res.schedule in ("gemm", "gemm-tensorcore"):
+            (nid,) = [n for n in members if self.infos[n].role == "contraction"]
+            node = self.graph.nodes[nid]
+            shape = [max(int(d), 1) for d in node.shape] or [1]
+            if _is_conv(node):
+                cols = shape[1]
+                return gemm_tiles(1, self.infos[nid].out_elems // cols, cols, res.schedule)
+            rows = shape[-2] if len(shape) >= 2 else 1
+            return gemm_tiles(math.prod(shape[:-2]), rows, shape[-1], res.schedule)
+        if res.schedule == "elementwise":
+            return max(math.ceil(self.infos[n].out_elems / res.threads_per_block)
+                       for n in members)
+        if res.schedule == "reduction":  # one block per row; prologues are inlined
+            return min(self.infos[n].rows if self.infos[n].role == "reduction"
+                       else self.infos[n].out_elems for n in members
+                       if self.infos[n].role in ("reduction", "contraction"))
+        return tiles
 
     def group_cost(self, nodes: Iterable[int], *, private: Iterable[int] = ()) -> GroupCost:
         """The :class:`GroupCost` of one kernel computing ``nodes``.
@@ -365,17 +421,29 @@ class AnalyticalCostModel:
             RULES[self.infos[nid].role](self, nid, members, terms)
         hw = self.hw
         dram = self.traffic(members, private) + terms.spill_bytes
-        frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
         launch_us = self.launch_us(members)
+        gpu, tiles, dynamic = {}, terms.tiles, False
+        if hw.family == "cpu":
+            frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
+        else:
+            res = gpu_resources(self, members)
+            dynamic = res.schedule == "gemm-tensorcore"
+            tiles = self._gpu_tiles(members, res, terms.tiles)
+            occ = occupancy(hw, res, tiles)
+            busy = max(compute_us / occ.quantization, memory_us / occ.memory_fraction)
+            frac = max(compute_us, memory_us) / busy if busy > 0 else 1.0
+            gpu = dict(blocks_per_unit=occ.blocks_per_unit, occupancy=occ.occupancy,
+                       waves=occ.waves, latency_hiding=occ.latency_hiding)
         cost = GroupCost(
             nodes=tuple(sorted(members)), flops=terms.flops + terms.recompute_flops,
             recompute_flops=terms.recompute_flops, dram_bytes=dram,
             spill_bytes=terms.spill_bytes, staged_bytes=terms.staged_bytes,
-            onchip_bytes=onchip_capacity(hw), tiles=terms.tiles, parallel_fraction=frac,
-            compute_us=compute_us, memory_us=memory_us, launch_us=launch_us,
-            total_us=max(compute_us, memory_us) / frac + launch_us)
+            onchip_bytes=onchip_capacity(hw, dynamic=dynamic), tiles=tiles,
+            parallel_fraction=frac, compute_us=compute_us, memory_us=memory_us,
+            launch_us=launch_us, total_us=max(compute_us, memory_us) / frac + launch_us,
+            **gpu)
         self._cache[key] = cost
         return cost
 
