@@ -4,7 +4,7 @@
 ``FusionPlan.compare`` (``tvm_fusion.explore`` registers them with IPython): the
 operator graph with each kernel's operators in one colour (edges that stay on chip
 drawn thick in that colour, edges through DRAM thin and grey), a table of kernels with
-predicted time and bytes kept on chip, and every rejected merge with its reason and
+predicted time and DRAM bytes avoided, and every rejected merge with its reason and
 numbers.
 """
 
@@ -232,7 +232,7 @@ def plan_html(plan) -> str:
     n_ops = sum(len(g.nodes) for g in plan.groups)
     parts = [f"<div><b>FusionPlan</b> for <code>{_esc(plan.target)}</code> "
              f"({_esc(plan.planner)} planner): {len(plan.groups)} kernels from {n_ops} "
-             f"operators, predicted {plan.est_us:.1f} us, {_fmt_bytes(kept)} kept on chip, "
+             f"operators, predicted {plan.est_us:.1f} us, {_fmt_bytes(kept)} DRAM bytes avoided, "
              f"{len(plan.rejected)} merges rejected; hash <code>{plan.hash}</code></div>"]
     svg = plan_svg(plan)
     if svg is not None:
@@ -245,7 +245,7 @@ def plan_html(plan) -> str:
              f"{g.est_us:.2f}", f"{g.unfused_us:.2f}", _fmt_bytes(g.kept_on_chip_bytes),
              g.decided_by, g.reason] for gi, g in enumerate(plan.groups)]
     parts.append("<details open><summary>kernels</summary>" + _table(
-        ["", "#", "kernel", "operators", "predicted us", "unfused us", "kept on chip",
+        ["", "#", "kernel", "operators", "predicted us", "unfused us", "DRAM bytes avoided",
          "decided by", "reason"], rows, align_right=(1, 4, 5, 6)) + "</details>")
     if plan.rejected:
         rows = [[", ".join(r.ops), "-" if r.fused_us is None else f"{r.fused_us:.2f}",
@@ -263,7 +263,7 @@ def comparison_html(cmp) -> str:
     only the first has beside the kernels the second splits it into."""
     a, b = cmp.a, cmp.b
     name = cmp.plan_name
-    head = _table(["plan", "kernels", "predicted us", "kept on chip"],
+    head = _table(["plan", "kernels", "predicted us", "DRAM bytes avoided"],
                   [[name(p), len(p.groups), f"{p.est_us:.1f}",
                     _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups))]
                    for p in (a, b)], align_right=(1, 2, 3))
@@ -306,7 +306,7 @@ class TargetComparison:
 
     def _repr_html_(self, all_nodes: bool = False) -> str:
         plans = list(self.plans.items())
-        head = _table(["target", "kernels", "predicted us", "kept on chip", "rejected merges"],
+        head = _table(["target", "kernels", "predicted us", "DRAM bytes avoided", "rejected merges"],
                       [[t, len(p.groups), f"{p.est_us:.1f}",
                         _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups)),
                         len(p.rejected)] for t, p in plans], align_right=(1, 2, 3, 4))

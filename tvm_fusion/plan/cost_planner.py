@@ -9,9 +9,13 @@
    the parts minus that of the merged kernel (:mod:`.cost`). Repeatedly take the largest
    saving; candidates are re-scored lazily when they surface (a merge elsewhere can
    change them) and re-generated around each new group. Merges that break a fusion rule
-   (:mod:`.legality`) or save nothing are not made.
+   (:mod:`.legality`) or save nothing are not made. A merge whose predicted saving is
+   within the model's error (``TIE_FRACTION`` of the parts' time, either way) is a
+   *tie*: it is made exactly when TVM's FuseOps puts those operators in one kernel
+   (:mod:`.baseline`), and its reason says it was a tie.
 3. Local search: move single operators out of their group or into a neighbouring one
-   while that lowers the total predicted time and keeps the group graph acyclic.
+   while that lowers the total predicted time by more than the model's error and keeps
+   the group graph acyclic.
 4. Reasons: every kernel keeps its predicted time fused and unfused and the hardware
    term that decided; every pair of neighbouring kernels left apart becomes a
    :class:`~tvm_fusion.plan.fusion_plan.RejectedMerge` with both times and the reason;
@@ -23,7 +27,7 @@ from __future__ import annotations
 import heapq
 
 from ..graph import OpGraph
-from .baseline import kernel_name
+from .baseline import fuseops_groups, kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
@@ -34,6 +38,14 @@ from .legality import GroupGraph, cpu_violation, gpu_violation, violation
 from .op_info import graph_info, node_name
 
 EPS_US = 1e-6  # a merge must save more than this to be made
+# The model's error on a decision: a saving within this fraction of the parts' predicted
+# time (and TIE_FLOOR_US) is a tie, decided by FuseOps. Conservative until the accuracy
+# benchmark (benchmarks/planner_accuracy.py) measures it per target: the same model's
+# predictions of two partitions of one op chain share their errors (peaks, bandwidth),
+# so their difference is known better than either time alone.
+TIE_FRACTION = 0.05
+TIE_FLOOR_US = 0.05
+TIE = "tie (FuseOps' choice)"
 LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
 MAX_ROUNDS = 4  # priority fusion + local search rounds
 
@@ -49,6 +61,24 @@ class CostPlanner:
         self.rules = (self.model if isinstance(self.model, AnalyticalCostModel)
                       else AnalyticalCostModel(graph, hw, self.infos))
         self.gg = GroupGraph(graph)
+        self._fuseops = None
+
+    def fuseops_fuses(self, nodes) -> bool:
+        """Whether TVM's FuseOps puts all of ``nodes`` in one kernel."""
+        if self._fuseops is None:
+            self._fuseops = {n: i for i, g in enumerate(fuseops_groups(self.graph)) for n in g}
+        return len({self._fuseops[n] for n in nodes}) == 1
+
+    def margin_us(self, parts_us: float) -> float:
+        """The model's error on a saving of parts costing ``parts_us`` (see TIE_FRACTION)."""
+        return TIE_FRACTION * parts_us + TIE_FLOOR_US
+
+    def take_merge(self, saving: float, parts_us: float, nodes) -> bool:
+        """Whether a merge saving ``saving`` us of ``parts_us`` is made: a clear win, or a
+        tie that FuseOps makes too."""
+        if saving > self.margin_us(parts_us):
+            return True
+        return abs(saving) <= self.margin_us(parts_us) and self.fuseops_fuses(nodes)
 
     def violation(self, nodes) -> str | None:
         """Why ``nodes`` may not be one kernel on this target (None: they may)."""
@@ -99,8 +129,9 @@ class CostPlanner:
     def _push(self, heap, a, b, sibling=False):
         _, bad, fused, parts = self.evaluate(a, b, sibling)
         if bad is None:
-            saving = sum(p.total_us for p in parts) - fused.total_us
-            if saving > EPS_US:
+            unfused = sum(p.total_us for p in parts)
+            saving = unfused - fused.total_us
+            if self.take_merge(saving, unfused, fused.nodes):
                 heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
 
     def priority_fusion(self) -> int:
@@ -120,8 +151,9 @@ class CostPlanner:
             gids, bad, fused, parts = self.evaluate(a, b, sibling)
             if bad is not None:
                 continue
-            saving = sum(p.total_us for p in parts) - fused.total_us
-            if saving <= EPS_US:
+            unfused = sum(p.total_us for p in parts)
+            saving = unfused - fused.total_us
+            if not self.take_merge(saving, unfused, fused.nodes):
                 continue
             if heap and round(saving, 3) < -heap[0][0]:  # stale score: re-queue
                 heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
@@ -151,7 +183,7 @@ class CostPlanner:
             return False
         before = self._total([src] + ([dest] if dest is not None else []))
         after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)
-        if after >= before - EPS_US:
+        if after >= before - max(EPS_US, self.margin_us(before)):
             return False
         saved = gg.state()
         gg.replace([src] + ([dest] if dest is not None else []),
@@ -214,9 +246,13 @@ class CostPlanner:
                                          decided_by="fusion rule"))
                 continue
             term, text = explain_terms(fused, parts, accepted=False)
+            if abs(unfused - fused.total_us) <= self.margin_us(unfused):
+                term, text = TIE, self.tie_text(fused.total_us, unfused, fused=False) + text
+            else:
+                text = f"fusing is predicted slower: {text}"
             out.append(RejectedMerge(
                 ops=self._names(nodes), fused_us=fused.total_us, unfused_us=unfused,
-                decided_by=term, reason=f"fusing is predicted slower: {text}"))
+                decided_by=term, reason=text))
         for a, b in self.siblings():  # sibling merges not made
             gids, bad, fused, parts = self.evaluate(a, b, sibling=True)
             nodes = self.gg.members[a] | self.gg.members[b]
@@ -233,6 +269,13 @@ class CostPlanner:
                 unfused_us=sum(p.total_us for p in parts), decided_by=term,
                 reason=f"{note}; fusing is predicted slower: {text}"))
         return out
+
+    def tie_text(self, fused_us: float, unfused_us: float, *, fused: bool) -> str:
+        """The reason's head for a decision within the model's error."""
+        what = "one kernel" if fused else "apart"
+        return (f"tie: {fused_us:.2f} us fused vs {unfused_us:.2f} us apart is within the "
+                f"model's error (+-{self.margin_us(unfused_us):.2f} us), so FuseOps' choice: "
+                f"{what}; ")
 
     def _sibling_note(self, a, b) -> str:
         shared = ", ".join(node_name(self.graph.nodes[n]) for n in shared_inputs(self.graph, a, b))
@@ -256,6 +299,9 @@ class CostPlanner:
                 term, text = explain_terms(fused, parts, accepted=True)
                 reason = (f"fused: {fused.total_us:.2f} us as one kernel vs {unfused:.2f} us "
                           f"as {len(nodes)}; {text}")
+                if abs(unfused - fused.total_us) <= self.margin_us(unfused):
+                    term = TIE
+                    reason = self.tie_text(fused.total_us, unfused, fused=True) + text
                 comps = components(self.graph, nodes)
                 if len(comps) > 1:
                     note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])
@@ -308,7 +354,11 @@ def explain_terms(fused: GroupCost, parts: list[GroupCost], *, accepted: bool):
                      f"{fused.onchip_bytes} B")
         if not fused.fits and not accepted:
             term = "on-chip capacity"
-    if fused.parallel_fraction < 1:
+    if fused.parallel_fraction < 1 and fused.blocks_per_unit:  # a GPU (see gpu_terms)
+        notes.append(f"{fused.tiles} blocks at {fused.blocks_per_unit} per unit "
+                     f"(occupancy {fused.occupancy:.0%}) in {fused.waves} wave(s), "
+                     f"latency hidden {fused.latency_hiding:.0%}")
+    elif fused.parallel_fraction < 1:
         notes.append(f"{fused.tiles} tiles on {round(fused.tiles / fused.parallel_fraction)} "
                      "units")
     text = f"decided by {term} (saving per term: {text or 'none'})"

@@ -38,7 +38,8 @@ class FusedGroup:
     unfused_us : float
         Predicted time of the same operators as one kernel each.
     kept_on_chip_bytes : int
-        DRAM bytes the unfused kernels would move and this one does not.
+        DRAM bytes avoided: what the unfused kernels would move and this one does not
+        (the JSON field keeps its old name; :attr:`dram_bytes_avoided` reads it).
     decided_by : str
         The hardware term that decided (``launch overhead``, ``DRAM traffic``,
         ``compute``, ``parallelism``, ``on-chip capacity``), or the planner's rule.
@@ -62,6 +63,11 @@ class FusedGroup:
     def predicted_us(self) -> float:
         """Predicted time of the kernel on the plan's target (same as ``est_us``)."""
         return self.est_us
+
+    @property
+    def dram_bytes_avoided(self) -> int:
+        """DRAM bytes the unfused kernels would move and this one does not."""
+        return self.kept_on_chip_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +174,8 @@ class FusionPlan:
             raise PlanError(f"cannot read fusion plan {path}: {e}") from e
 
     def summary(self) -> str:
-        """A text table: one row per kernel, predicted time and bytes kept on chip."""
-        rows = [f"{'#':>3}  {'est us':>9}  {'on-chip':>9}  {'ops':>3}  kernel / operators"]
+        """A text table: one row per kernel, predicted time and DRAM bytes avoided."""
+        rows = [f"{'#':>3}  {'est us':>9}  {'DRAM -':>9}  {'ops':>3}  kernel / operators"]
         for i, g in enumerate(self.groups):
             rows.append(f"{i:>3}  {g.est_us:>9.2f}  {_fmt_bytes(g.kept_on_chip_bytes):>9}  "
                         f"{len(g.nodes):>3}  {g.name}")
@@ -177,8 +183,8 @@ class FusionPlan:
                 rows.append(f"{'':>34}{g.reason}")
         kept = sum(g.kept_on_chip_bytes for g in self.groups)
         rows.append(f"{len(self.groups)} kernels, predicted {self.est_us:.1f} us on "
-                    f"{self.target} (planner: {self.planner}), {_fmt_bytes(kept)} kept "
-                    f"on chip; {len(self.rejected)} merges rejected")
+                    f"{self.target} (planner: {self.planner}), {_fmt_bytes(kept)} DRAM "
+                    f"bytes avoided; {len(self.rejected)} merges rejected")
         if self.layout_reason or self.layout != "NCHW":
             rows.append(f"layout {self.layout}: {self.layout_reason or 'as stored'}")
         return "\n".join(rows)
@@ -194,7 +200,8 @@ class FusionPlan:
         return found
 
     def explain(self, op: str | int) -> str:
-        """Why ``op`` was or was not fused: its kernel's reason and the merges rejected.
+        """Why ``op`` was or was not fused, in a few lines: its kernel's time and deciding
+        term, and the two best merges not made with their times and deciding terms.
 
         Parameters
         ----------
@@ -221,12 +228,21 @@ class FusionPlan:
             else:
                 out.append(f"{me} runs alone in kernel {g.name} ({g.est_us:.2f} us). "
                            f"{g.reason}")
-            for r in self.rejected:
-                if me in r.ops:
-                    times = "" if r.fused_us is None else (
-                        f"fused {r.fused_us:.2f} us vs unfused {r.unfused_us:.2f} us; ")
-                    out.append(f"  not merged with {', '.join(o for o in r.ops if o != me)}"
-                               f": {times}{r.reason}")
+            near = [r for r in self.rejected if me in r.ops]
+            # best first: the smallest predicted loss; rule rejections (no time) last
+            near.sort(key=lambda r: (r.fused_us is None,
+                                     0.0 if r.fused_us is None else r.fused_us - r.unfused_us))
+            for r in near[:2]:
+                if r.fused_us is None:
+                    times = ""
+                else:
+                    times = (f"fused {r.fused_us:.2f} us vs unfused {r.unfused_us:.2f} us "
+                             f"({r.fused_us - r.unfused_us:+.2f} us), decided by "
+                             f"{r.decided_by}; ")
+                out.append(f"  alternative: merge with {_brief(r.ops, me)}: {times}"
+                           f"{_clip(r.reason)}")
+            if len(near) > 2:
+                out.append(f"  ({len(near) - 2} more merges not made: plan.rejected)")
         return "\n".join(out)
 
     def compare(self, other: "FusionPlan"):
@@ -254,6 +270,18 @@ class FusionPlan:
             lines.append(f"[{', '.join(g.ops)}] {g.est_us:.2f} us  <-  {other.planner}: "
                          f"{split} {sum(other.groups[p].est_us for p in parts):.2f} us")
         return lines
+
+
+def _brief(ops, me: str, show: int = 3) -> str:
+    """The other ops of a merge: all of a few, else the first ``show`` and a count."""
+    others = [o for o in ops if o != me]
+    if len(others) <= show + 1:
+        return ", ".join(others)
+    return f"{', '.join(others[:show])} and {len(others) - show} more ops"
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _fmt_bytes(n: int) -> str:
