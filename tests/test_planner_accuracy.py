@@ -1,0 +1,39 @@
+"""benchmarks.planner_accuracy: predicted vs measured tuned kernel times from the logs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import planner_accuracy as pa
+from tvm_fusion.data import shipped_logs_dir
+
+
+def test_spearman_and_median_error_by_hand():
+    assert pa.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert pa.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ranks 1..4 against 1, 3, 2, 4: 1 - 6 * (0 + 1 + 1 + 0) / (4 * 15) = 0.8
+    assert pa.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert math.isnan(pa.spearman([1], [2]))
+    rows = [{"pred_us": 2.0, "meas_us": 1.0, "ratio": 2.0},
+            {"pred_us": 3.0, "meas_us": 4.0, "ratio": 4 / 3},
+            {"pred_us": 9.0, "meas_us": 10.0, "ratio": 10 / 9}]
+    assert pa.summary(rows) == {"spearman": 1.0, "median_error": round(4 / 3, 4), "kernels": 3}
+
+
+def test_shipped_x86_logs_give_one_row_per_measured_kernel(capsys):
+    assert pa.main(["--logs", str(shipped_logs_dir() / "x86_zen4")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    doc = json.loads(lines[-1])
+    # the embedded model's 5 kernels, 3 of them with a measured record
+    assert doc["kernels"] == len(lines) - 2 == 3
+    assert set(doc) == {"spearman", "median_error", "kernels", "per_model"}
+    assert doc["median_error"] >= 1.0 and -1.0 <= doc["spearman"] <= 1.0
+    assert all(" x86_zen4 " in line for line in lines[1:-1])
+
+
+def test_a_directory_without_logs_is_exit_2(tmp_path, capsys):
+    assert pa.main(["--logs", str(tmp_path)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
