@@ -49,7 +49,12 @@ ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS)
 # logs keyed by one of them were measured on the same machine with the same TVM target
 # (tvm_config is unchanged: a new tvm_config is a new target), so they still apply; any
 # other hash is refused (tune/logs.py says what to do).
-PREVIOUS_HASHES: dict[str, tuple[str, ...]] = {}
+PREVIOUS_HASHES: dict[str, tuple[str, ...]] = {
+    # before int8_vector (VNNI) joined peak_flops, 2026-12-01: tuning_logs/x86_zen4
+    "x86_zen4": ("066daff19241055c9a5a57c4a2d0cf2a26e13a4fb4a767c522122f19602b8e50",),
+    # before int8_vector (DP4A) joined peak_flops, 2026-12-01: tuning_logs/h200
+    "h200": ("b4eb3aefa657928c9c5a24ecac7620eb7c59acf1987561e59f7df922fac72418",),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
