@@ -213,6 +213,19 @@ def _mm_bias_relu_residual(m=32, k=64, n=64, layout_free=False):
     return tvm.IRModule({"main": func}), ref
 
 
+def _mm_heads(m=32, k=64, n=64, heads=2):
+    """A matmul whose consumer splits heads (reshape + transpose): not at the tile's point."""
+    a = te.placeholder((m, k), name="a")
+    w = te.placeholder((k, n), name="w")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="c")
+    d = n // heads
+    t = te.compute((heads, m, d), lambda h, i, e: c[i, h * d + e], name="t")
+    func = te.create_prim_func([a, w, t]).with_attr("global_symbol", "main")
+    return (tvm.IRModule({"main": func}),
+            lambda a, w, _: (a @ w).reshape(m, heads, d).transpose(1, 0, 2))
+
+
 def _depthwise(c=16, h=8, w=16):
     x = te.placeholder((1, c, h, w), name="x")
     k = te.placeholder((c, 1, 3, 3), name="k")
@@ -284,6 +297,7 @@ def _postprocessed(ctx, sch):
 
 @pytest.mark.parametrize("kernel, rule", [(_mm_bias_relu_residual, "register_tile"),
                                           (_conv_nchwc, "register_tile"),
+                                          (_mm_heads, "register_tile"),
                                           (_depthwise, "depthwise"),
                                           (_depthwise, "plain"),
                                           (_silu, "plain")])

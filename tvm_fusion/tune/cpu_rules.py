@@ -187,6 +187,24 @@ def _contraction(blk, nest: _Nest, lanes: int):
     return j, innermost(bcast, vector), cols
 
 
+def _elementwise(producer, consumer) -> bool:
+    """Whether ``consumer`` reads ``producer``'s output at its own point and writes there:
+    computed at a tile of the producer, it then reads exactly what the tile made (a
+    transpose or reshape would read outside it)."""
+    out = producer.writes[0].source
+    reads = [r for r in consumer.reads if r.source.same_as(out)]
+    ivs = [iv.var for iv in consumer.iter_vars]
+    if len(reads) != 1 or len(consumer.writes) != 1 or any(iv.iter_type != 0
+                                                           for iv in consumer.iter_vars):
+        return False
+
+    def at_own_point(region):
+        return len(region) == len(ivs) and all(
+            r.min.same_as(v) and isinstance(r.extent, tvm.tirx.IntImm) and int(r.extent) == 1
+            for r, v in zip(region, ivs))
+    return at_own_point(reads[0].region) and at_own_point(consumer.writes[0].region)
+
+
 def _epilogue(sch, block, at) -> list:
     """Compute the block's chain of elementwise consumers at loop ``at``; else a write cache.
 
@@ -195,8 +213,7 @@ def _epilogue(sch, block, at) -> list:
     placed, tail = [], block
     while True:
         consumers = sch.get_consumers(tail)
-        if len(consumers) != 1 or any(iv.iter_type != 0
-                                      for iv in sch.get(consumers[0]).iter_vars):
+        if len(consumers) != 1 or not _elementwise(sch.get(tail), sch.get(consumers[0])):
             break
         sch.reverse_compute_at(consumers[0], at, preserve_unit_loops=True)
         placed.append(consumers[0])
