@@ -7,7 +7,9 @@ input shapes, the plan stored with the logs is read back, and each kernel of the
 that has a measured record is printed with
 
 - ``pred_us``: the cost model's ``total_us`` of the group on the logs' target
-  (``hw_targets/<target>.json``), launch included;
+  (``hw_targets/<target>.json``), less the Relax VM's call of the kernel on CPUs
+  (``call_overhead_us``, else ``CPU_CALL_US``), which the runner does not pay; fork-joins
+  and GPU launches stay in (the runner's timings include them);
 - ``meas_us``: the mean run time of the best measured record of its workload (what
   MetaSchedule's runner measured: the kernel alone, no VM call);
 - ``ratio``: ``max(pred / meas, meas / pred)``.
@@ -79,6 +81,7 @@ def kernel_rows(tdir: Path, models: list[str] | None = None) -> list[dict]:
     """One row per measured kernel of every (selected) model in target dir ``tdir``."""
     from tvm_fusion.logtools import _load
     from tvm_fusion.plan import AnalyticalCostModel, FusionPlan
+    from tvm_fusion.plan.cost import CPU_CALL_US
     from tvm_fusion.targets import load_target
 
     manifest = json.loads((tdir / "manifest.json").read_text())
@@ -96,13 +99,15 @@ def kernel_rows(tdir: Path, models: list[str] | None = None) -> list[dict]:
                   "the model; skipped", file=sys.stderr)
             continue
         cm = AnalyticalCostModel(graph, hw)
+        vm_call = 0.0 if hw.family != "cpu" else (
+            CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us)
         kernels = entry.get("kernels", {})
         for g in plan.groups:
             key = kernels.get(g.name, {}).get("workload")
             if key not in best:
                 continue
             cost = cm.group_cost(g.nodes)
-            pred, meas = cost.total_us, best[key]
+            pred, meas = cost.total_us - vm_call, best[key]
             rows.append({"model": name, "target": hw.name, "kernel": g.name,
                          "ops": len(g.nodes), "pred_us": pred, "meas_us": meas,
                          "ratio": max(pred / meas, meas / pred), "bound": cost.bound})
