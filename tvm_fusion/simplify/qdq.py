@@ -20,7 +20,8 @@ the form of MetaSchedule's VNNI / DP4A intrinsics.
 from __future__ import annotations
 
 import numpy as np
-from tvm import relax
+import tvm
+from tvm import relax, te
 
 from .block import BlockRewriter, const_value, dtype_of, op_name
 
@@ -40,6 +41,18 @@ class QdqIntegerizer(BlockRewriter):
         super().__init__(mod)
         self.convs = 0
         self.matmuls = 0
+
+    def run(self):
+        mod = super().run()
+        if self.bb is None:
+            return mod
+        # The packed-weight PrimFuncs live in the builder's module; keep them.
+        funcs = dict(mod.functions.items())
+        for gv, f in self.bb.get().functions.items():
+            if gv.name_hint != "main":
+                funcs.setdefault(gv, f)
+        out = tvm.IRModule(funcs, attrs=mod.attrs)
+        return out
 
     def _dq(self, expr):
         """``(data, scale, zp, axis)`` of a ``relax.dequantize`` of int8/uint8 data, or None."""
@@ -113,8 +126,39 @@ class QdqIntegerizer(BlockRewriter):
             return None
         return w
 
+    def _packed_matmul(self, aq, w):
+        """``aq @ w`` in int32 with ``w`` packed as ``(N/16, K/4, 16, 4)``: the layout of
+        MetaSchedule's VNNI intrinsic (``dot_16x4_vnni``, which tensorizes only a compact
+        16 x 4 weight tile; a row-major (K, N) weight never matches it). None when K is
+        not a multiple of 4."""
+        k, n = w.shape
+        if k % 4 or dtype_of(aq) != "uint8":
+            return None
+        n16 = -(-n // 16) * 16
+        padded = np.zeros((k, n16), np.int8)
+        padded[:, :n] = w
+        packed = np.ascontiguousarray(padded.reshape(k // 4, 4, n16 // 16, 16).transpose(2, 0, 3, 1))
+        a_shape = [int(d) for d in aq.ty.shape.values]
+        i64 = lambda v: tvm.tirx.IntImm("int64", v)  # noqa: E731 - shapes as legalized ops have them
+        a_ph = te.placeholder([i64(d) for d in a_shape], "uint8", name="A")
+        w_ph = te.placeholder([i64(d) for d in packed.shape], "int8", name="W")
+        ko = te.reduce_axis((i64(0), i64(k // 4)), "ko")
+        ki = te.reduce_axis((i64(0), i64(4)), "ki")
+        out = te.compute([i64(d) for d in (*a_shape[:-1], n)], lambda *i: te.sum(
+            a_ph[(*i[:-1], ko * 4 + ki)].astype("int32")
+            * w_ph[i[-1] // 16, ko, i[-1] % 16, ki].astype("int32"), axis=[ko, ki]),
+            name="T_matmul_packed")
+        # kOutEWiseFusable, as TVM's matmul: a GEMM whose epilogue the planner fuses.
+        func = te.create_prim_func([a_ph, w_ph, out]).with_attr("op_pattern", 4) \
+            .without_attr("global_symbol")  # private, as legalized PrimFuncs are
+        gvar = self.bb.add_func(func, "matmul")
+        return relax.call_tir(gvar, [aq, relax.const(packed)],
+                              relax.TensorType((*a_shape[:-1], n), "int32"))
+
     def _corrected(self, aq, bq, w, za):
-        acc = self.emit(relax.op.matmul(aq, bq, out_dtype="int32"), "qmatmul")
+        packed = self._packed_matmul(aq, w)
+        acc = self.emit(packed if packed is not None else
+                        relax.op.matmul(aq, bq, out_dtype="int32"), "qmatmul")
         colsum = relax.const(w.astype(np.int64).sum(0).astype(np.int32))
         za_v = _scalar(za)
         if za_v is not None:

@@ -402,6 +402,9 @@ def _tiling_rules(space: SearchSpace, target) -> list:
         for entry in space.tensorize:
             if target_has_features(list(entry.requires), target):
                 import_tensor_intrinsics()
+                if entry.intrin == "tvmf_dot_16x4_vnni":  # ours: tune/vnni.py
+                    from .vnni import register_vnni_intrin
+                    register_vnni_intrin()
                 rules.append(ms.schedule_rule.MultiLevelTilingWithIntrin(
                     intrin_name=entry.intrin, **common))
                 break
@@ -512,6 +515,11 @@ def space_generator(space: SearchSpace, target):
         "verify_gpu_code": pp.VerifyGPUCode,
     }
     postprocs = [makers[p]() for p in space.postprocs]
+    if any(isinstance(r, sr.MultiLevelTilingWithIntrin) for r in rules) \
+            and "rewrite_parallel_vectorize_unroll" in space.postprocs:
+        from .vnni import SerialAroundTensorize  # only with an intrinsic
+        postprocs.insert(list(space.postprocs).index("rewrite_parallel_vectorize_unroll"),
+                         SerialAroundTensorize())
     mutator_makers = {
         "tile_size": mu.MutateTileSize, "compute_location": mu.MutateComputeLocation,
         "unroll": mu.MutateUnroll, "thread_binding": mu.MutateThreadBinding,

@@ -1,0 +1,119 @@
+"""What it takes for MetaSchedule to reach VNNI on this stack (issue 21).
+
+1. TVM 0.27's ``dot_16x4_vnni`` intrinsic calls ``llvm.x86.avx512.vpdpbusd.512`` with
+   ``<16 x i32>`` operands; the LLVM in the wheel declares it with ``<64 x i8>`` (the
+   signature LLVM changed), so every tensorized kernel fails LLVM's module verifier
+   ("Call parameter type does not match function signature"). :data:`VNNI_INTRIN`
+   (``tvmf_dot_16x4_vnni``) is the same description with the operands as ``int8x64``.
+2. The weight must be packed ``(N/16, K/4, 16, 4)`` (simplify/qdq.py does it for integer
+   GEMMs): the intrinsic tensorizes only a compact 16 x 4 tile.
+3. :class:`SerialAroundTensorize`, below.
+
+Keep MetaSchedule from vectorizing a loop around a tensorized block.
+
+``MultiLevelTilingWithIntrin`` blockizes the 16 x 4 VNNI tile, then the tile sampler may
+leave a spatial loop of extent > 1 innermost above it, and
+``RewriteParallelVectorizeUnroll`` vectorizes that loop: the intrinsic's 16-lane
+``vpdpbusd`` inside a vectorized loop of 2 cannot be built ("Cannot broadcast lanes=16
+to 32"), so every such candidate fails to build and an int8 GEMM ends up untuned. This
+postprocessor, run before that one, moves the innermost reduction loop (a tile loop of
+K) below those spatial loops: the intrinsic then sits in a reduction loop, which is never
+vectorized, and the schedule computes the same thing.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
+
+_ANN = "meta_schedule.auto_tensorize"
+VNNI_INTRIN = "tvmf_dot_16x4_vnni"
+
+
+def register_vnni_intrin() -> str:
+    """Register :data:`VNNI_INTRIN` once (idempotent); returns its name."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(VNNI_INTRIN)
+        return VNNI_INTRIN
+    except Exception:  # noqa: BLE001 - not registered yet
+        pass
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
+             B: T.Buffer((16, 4), "int8", offset_factor=1),
+             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            a_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"),
+                T.reinterpret(T.broadcast(a_i32, 16), dtype="int8x64"),
+                B.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16")
+
+    TensorIntrin.register(VNNI_INTRIN, dot_product_16x4_u8i8i32_desc, impl)
+    return VNNI_INTRIN
+
+
+def _tensorize_blocks(sch) -> list:
+    """Block RVs annotated for tensorization, walking the schedule's block tree."""
+    found, todo = [], [sch.get_sblock("root")]
+    while todo:
+        block = todo.pop()
+        if _ANN in sch.get(block).annotations:
+            found.append(block)
+        todo.extend(sch.get_child_blocks(block))
+    return found
+
+
+def _reduce_vars(sch, block_rv, loop_rv) -> list:
+    """Loop variables bound to the reduction iterators of ``block_rv``, read from the
+    realize that is the body of its innermost loop ``loop_rv``."""
+    realize = sch.get(loop_rv).body
+    if type(realize).__name__ not in ("SBlockRealize", "BlockRealize"):
+        return []
+    out = []
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if int(iv.iter_type) != 0:  # not data-parallel
+            out.extend(tvm.tirx.analysis.undefined_vars(value))
+    return out
+
+
+@derived_object
+class SerialAroundTensorize(PyPostproc):
+    """See the module docstring."""
+
+    def _initialize_with_tune_context(self, context) -> None:  # noqa: D102
+        pass
+
+    def apply(self, sch) -> bool:  # noqa: D102
+        if "root" not in str(sch.mod):
+            return True
+        try:
+            blocks = _tensorize_blocks(sch)
+        except Exception:  # noqa: BLE001 - a schedule error: leave the candidate as it is
+            return True
+        for block in blocks:
+            loops = sch.get_loops(block)
+            if not loops:
+                continue
+            reduce = _reduce_vars(sch, block, loops[-1])
+            kinds = [any(sch.get(lp).loop_var.same_as(v) for v in reduce) for lp in loops]
+            if kinds[-1] or True not in kinds:
+                continue  # a reduction loop is innermost already, or there is none
+            last_r = max(i for i, r in enumerate(kinds) if r)
+            try:
+                sch.reorder(*loops[last_r + 1:], loops[last_r])
+            except Exception:  # noqa: BLE001 - a schedule error
+                continue  # not a perfect nest there: leave the candidate as it is
+        return True
+
+    def clone(self):  # noqa: D102
+        return SerialAroundTensorize()
