@@ -363,6 +363,9 @@ def test_tuning_with_the_rules_measures_them_and_they_match_numpy(host, tmp_path
     strategy = ms.search_strategy.EvolutionarySearch(population_size=32,
                                                      init_min_unmeasured=16,
                                                      genetic_num_iters=1)
+    # an earlier tune() in this process may leave handlers MetaSchedule's set-up chokes on
+    from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
+    drop_unnamed_handlers()
     db = ms.tune_tir(mod, host, str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
                      space=space, strategy=strategy, cost_model="random", seed=3,
                      builder=ms.builder.LocalBuilder(f_build=build_kernel, max_workers=1),
