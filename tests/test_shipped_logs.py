@@ -45,7 +45,10 @@ def test_shipped_embedded_logs_compile_load_fresh_and_match_onnxruntime(tmp_path
         compiled = tf.compile_model(model, "x86_zen4", logs={str(SHIPPED)!r})
         compiled.export({str(tmp_path / "m.so")!r})
         print("UNTUNED", len(compiled.untuned))
+        print("PREPACK", compiled.info["prepack"], compiled.info["prepacked"])
     """, tmp_path)
+    # tuned before weight prepacking (no "prepack" in the manifest): built as then
+    assert "PREPACK False {}" in out, out
     untuned = int(out.split("UNTUNED")[1].split()[0])
     assert untuned <= 2, out  # 5 kernels; the shipped run left 2 small ones at default
     _run(f"""

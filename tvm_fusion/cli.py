@@ -96,6 +96,11 @@ def _add_layout_arg(p: argparse.ArgumentParser) -> None:
                         "nchwc. A plan stored in the logs keeps its own")
 
 
+def _add_prepack_flag(p, help_text: str) -> None:
+    p.add_argument("--prepack", action=argparse.BooleanOptionalAction, default=None,
+                   help=help_text)
+
+
 def cmd_targets(args) -> int:
     print(format_targets_table([load_target(n) for n in list_targets()]))
     return 0
@@ -155,7 +160,8 @@ def cmd_tune(args) -> int:
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
                   cost_model=args.cost_model, search_space=args.search_space,
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-                  measure="none" if args.dry_run else "device", layout=args.layout)
+                  measure="none" if args.dry_run else "device", layout=args.layout,
+                  prepack=args.prepack)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -199,7 +205,8 @@ def cmd_compile(args) -> int:
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
     compiled = compile_model(model, args.target, logs=logs,
-                             allow_other_target=args.allow_other_target, layout=args.layout)
+                             allow_other_target=args.allow_other_target, layout=args.layout,
+                             prepack=args.prepack)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
     unmeasured = compiled.info.get("predicted_unmeasured", [])
@@ -415,6 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
     cost_model_cli.add_tune_flag(tu)
     _add_layout_arg(tu)
+    _add_prepack_flag(tu, "let each CPU kernel read its constant weights in the layout its "
+                      "schedule wants, packed once at compile (default on for CPU targets, "
+                      "off for GPUs; a model already in the logs keeps its setting). "
+                      "--no-prepack: the model's layout, for A/B measurement")
     tu.set_defaults(func=cmd_tune)
 
     c = sub.add_parser("compile", help="build a shared library from the logs, no tuning",
@@ -433,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, metavar="OUT.so",
                    help="library to write (OUT.so.json describing it is written beside it)")
     _add_layout_arg(c)
+    _add_prepack_flag(c, "pack the weights of kernels tuned with prepacking (default: the "
+                      "setting the model was tuned with; on for CPUs without logs)")
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run a compiled module, time it, compare with ONNX Runtime",

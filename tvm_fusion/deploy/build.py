@@ -29,10 +29,13 @@ from ..gpu.limits import raise_on_violations
 from ..gpu.rocm import require_rocm_build
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
-from ..plan import FusionPlan, apply_plan, graph_for_plan, plan_model
+from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
+from ..tune.prepack import (constant_shapes, fold_prepacked, has_layout_rewrite,
+                            resolve_prepack)
+from ..tune.schedulable import kernel_module
 
 MODULE_SCHEMA = "tvm-fusion/module"
 MODULE_VERSION = 2  # 2: the sidecar records the library's size and sha256
@@ -211,7 +214,7 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
                   planner: str = "cost", allow_other_target: bool = False,
-                  layout: str = "auto") -> CompiledModel:
+                  layout: str = "auto", prepack: bool | None = None) -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -230,6 +233,12 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     layout : str
         Convolution layout of a fresh plan (``auto``, ``nchw``, ``nchwc``); a stored or
         given plan keeps its own.
+    prepack : bool, optional
+        Apply records of kernels tuned with prepacked weights, and pack those weights
+        into the module at build (see :func:`~tvm_fusion.tune`). Default: what the
+        model's manifest entry was tuned with (an entry from before prepacking: off),
+        else on for CPU targets. Passing the other setting than the entry's raises
+        :class:`~tvm_fusion.errors.LogError` (none of its records would apply).
 
     Returns
     -------
@@ -257,13 +266,17 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         graph = graph_for_plan(model.mod, plan)
     if hw.family != "cpu":
         _refuse_host_calls_on_gpu(model, graph, hw)
-    mod = apply_plan(graph, plan)
     tdir = target_dir(logs, hw.name) if logs else None
+    prepack = resolve_prepack(prepack, entry, hw, where=tdir)
+    mod = kernel_module(graph, plan, prepack=prepack)
     db = open_database(tdir, create=False) if logs else None
     with tvm_target, tvm.transform.PassContext(opt_level=3):
         if db is not None:
             with db:
                 mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        packed = sorted(n for n, f in _prim_funcs(mod).items() if has_layout_rewrite(f))
+        mod = fold_prepacked(mod)  # the packed weights become the module's constants
+        packed = constant_shapes(mod, packed)
         mod = _lower_library_ops(mod, tvm_target)
         funcs = _prim_funcs(mod)
         untuned = tuple(sorted(n for n, f in funcs.items()
@@ -293,6 +306,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                     for t in model.outputs],
         "kernels": sorted(funcs), "untuned": list(untuned),
+        # kernels reading weights packed at build: the packed constants' shapes
+        "prepack": prepack, "prepacked": packed,
         "untuned_est_share": _untuned_share(plan, untuned),
         # picked by the cost model on a machine without the device: neither run nor verified
         "predicted_unmeasured": sorted(

@@ -61,7 +61,7 @@ class JitFunction:
     """
 
     def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name,
-                 simplify=True, layout="auto"):
+                 simplify=True, layout="auto", prepack=None):
         self._raw, self._proto, self.source = load_onnx(model, name)
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
@@ -72,6 +72,7 @@ class JitFunction:
         self.allow_other_target = allow_other_target
         self.simplify = simplify
         self.layout = layout
+        self.prepack = prepack
         self._modules: dict[tuple, Module] = {}
         self._lock = threading.Lock()
         self.events: list[JitEvent] = []
@@ -117,6 +118,8 @@ class JitFunction:
         }
         if self.layout != "auto":  # a forced layout builds another graph (auto keeps old keys)
             doc["layout"] = self.layout
+        if self.prepack is not None:  # forced; by default the logs' setting (in their hash)
+            doc["prepack"] = self.prepack
         text = json.dumps(doc, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()[:32]
 
@@ -155,7 +158,7 @@ class JitFunction:
         logs = self.logs if self.logs is not None and self.logs.exists() else None
         compiled = compile_model(model, self.hw, logs=logs,
                                  allow_other_target=self.allow_other_target,
-                                 layout=self.layout)
+                                 layout=self.layout, prepack=self.prepack)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         # Export under a temporary name, then rename: a concurrent process sees either
         # no entry or a whole one (the library first, its description last).
@@ -173,7 +176,8 @@ class JitFunction:
 
 def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None = None,
         cache_dir: str | Path | None = None, allow_other_target: bool = False,
-        name: str | None = None, simplify: bool = True, layout: str = "auto") -> JitFunction:
+        name: str | None = None, simplify: bool = True, layout: str = "auto",
+        prepack: bool | None = None) -> JitFunction:
     """A callable that compiles ``model`` from ``logs`` on first call per input shape.
 
     Parameters
@@ -196,6 +200,9 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
     layout : str
         Convolution layout when the logs hold no plan for a signature (``auto``, ``nchw``,
         ``nchwc``; :mod:`tvm_fusion.plan.layout`); a stored plan keeps its own.
+    prepack : bool, optional
+        As :func:`~tvm_fusion.compile_model`: default, the setting each signature's
+        records were tuned with (the module then carries the packed weights).
 
     Returns
     -------
@@ -203,4 +210,4 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
     """
     return JitFunction(model, target=target, logs=logs, cache_dir=cache_dir,
                        allow_other_target=allow_other_target, name=name,
-                       simplify=simplify, layout=layout)
+                       simplify=simplify, layout=layout, prepack=prepack)

@@ -23,11 +23,13 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LogError
-from ..plan import FusionPlan, apply_plan, graph_for_plan
+from ..plan import FusionPlan, graph_for_plan
 from ..targets import as_target
 from ..tune.fast_import import build_kernel, import_tensor_intrinsics
 from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import plain_task_tables
+from ..tune.prepack import entry_prepack
+from ..tune.schedulable import kernel_module
 
 # matplotlib (about 1 s to import) is imported by the functions that draw, so that
 # importing tvm_fusion.explore for its tables does not load it.
@@ -167,7 +169,8 @@ def _tuned_tasks(model, target, logs):
         raise LogError(f"{tdir} holds no records for model {model.source!r} (hash "
                        f"{model.model_hash}); tune it first: tvm-fusion tune")
     plan = FusionPlan.from_json(entry["plan"])
-    fused = apply_plan(graph_for_plan(model.mod, plan), plan)
+    fused = kernel_module(graph_for_plan(model.mod, plan), plan,
+                          prepack=entry_prepack(entry))  # the workloads as tuned
     return hw, tdir, entry, ms.relax_integration.extract_tasks(fused, hw.tvm_target())
 
 

@@ -36,9 +36,10 @@ from ..graph import build_graph
 from ..plan import FusionPlan, make_plan
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
-from ..tune.logdb import dumps
+from ..tune.logdb import dumps, record_json
 from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
+from ..tune.prepack import resolve_prepack
 from ..tune.schedulable import make_schedulable
 from ..tune.verify import _buffers, run_kernel
 
@@ -121,7 +122,8 @@ def _checksum(func: tvm.tirx.PrimFunc, seed: int) -> float:
 
 def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fuseops"),
                   tune_plan: str = "cost", candidates: int = 16, seed: int = 0,
-                  logs: str | os.PathLike | None = None, progress=print) -> Path:
+                  logs: str | os.PathLike | None = None, progress=print,
+                  prepack: bool | None = None) -> Path:
     """Build what a device should run and time into the directory ``out``.
 
     Parameters
@@ -143,6 +145,9 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
         it beside the default-schedule builds in the same run.
     progress : callable
         Called with one line per built item.
+    prepack : bool, optional
+        Draw the kernels' candidates with their constant weights layout-free, as
+        ``tune`` does (default: on for CPU targets); the imported records say so.
 
     Returns
     -------
@@ -150,6 +155,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
         ``out``; its ``bundle.json`` says what is there.
     """
     hw = as_target(target)
+    prepack = resolve_prepack(prepack, None, hw, where=out)
     tvm_target = hw.tvm_target()
     out = Path(out)
     for sub in ("models", "kernels"):
@@ -172,7 +178,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
         tuned_plan = None
         for planner in plans:
             plan, _, tasks = make_schedulable(graph, make_plan(graph, hw, planner), hw,
-                                              tvm_target)
+                                              tvm_target, prepack=prepack)
             entry = _export_model(compile_model(model, hw, plan=plan), model, planner,
                                   out, data, len(inputs), len(want), stem)
             bundle["models"].append(entry)
@@ -189,13 +195,13 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
             continue
         if tuned_plan is None:
             plan, _, tasks = make_schedulable(graph, make_plan(graph, hw, tune_plan), hw,
-                                              tvm_target)
+                                              tvm_target, prepack=prepack)
             tuned_plan = (plan, tasks)
         plan, tasks = tuned_plan
         bundle.setdefault("plans", {})[model.model_hash] = {
             "source": model.source, "plan": plan.to_json(),
             "inputs": {t.name: list(t.shape) for t in model.inputs},
-            "tasks": []}
+            "prepack": prepack, "tasks": []}
         for task in tasks:
             wl = task.dispatched[0]
             key = ms.database.Workload(wl).as_json()[0]  # MetaSchedule's workload hash
@@ -276,7 +282,7 @@ def _export_kernel(wl, name, index, hw, tvm_target, out, count, seed, sample_sch
         rec = ms.database.TuningRecord(
             trace=sch.trace, workload=workload, run_secs=None, target=tvm_target,
             args_info=ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
-        records[cname] = json.loads(dumps(rec.as_json()))
+        records[cname] = record_json(rec)
     lib, built, bad = _build_kernel(funcs, tvm_target)
     path = out / "kernels" / f"k{index:03d}.so"
     lib.export_library(str(path))
@@ -345,6 +351,10 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     tdir.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(tdir, expect=hw)
     manifest["target"] = target_identity(hw)
+    for model_hash, p in bundle.get("plans", {}).items():  # before any record is written
+        entry = manifest["models"].get(model_hash)
+        if entry is not None and entry["plan"]["hash"] == p["plan"]["hash"]:
+            resolve_prepack(bool(p.get("prepack", False)), entry, hw, where=tdir)
     db = open_database(tdir, create=True)
     # every verified timing, as tune's candidates/ (what `cost-model train` reads)
     cand_db = open_database(tdir / "candidates", create=True)
@@ -394,10 +404,13 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
             continue  # none of its kernels ran on the device
         plan = FusionPlan.from_json(p["plan"])
         entry = manifest["models"].get(model_hash)
+        prepack = bool(p.get("prepack", False))
         if entry is None or entry["plan"]["hash"] != plan.hash:
             entry = {"source": p["source"], "trials": 0, "plan": plan.to_json(),
                      "inputs": p["inputs"]}
             manifest["models"][model_hash] = entry
+        if prepack:
+            entry["prepack"] = True
         entry["trials"] += n
         # the kernels with a record (``logs show`` / ``prune`` read which model uses which)
         entry["kernels"] = {name: {"workload": keys[lib], "calls": calls}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from ..model_spec import load_model_spec
@@ -15,7 +16,7 @@ def cmd_export(args) -> int:
               for m in args.models]
     out = export_bundle(models, args.target, args.output, candidates=args.candidates,
                         plans=tuple(args.plans.split(",")), seed=args.seed,
-                        logs=args.logs)
+                        logs=args.logs, prepack=args.prepack)
     print(f"wrote {out}. On the device (TVM's runtime and numpy suffice):\n"
           f"  TVM_USE_RUNTIME_LIB=1 python {RUNNER.name} {out.name}\n"
           f"({RUNNER.name} is {RUNNER}, copied beside the bundle)\n"
@@ -65,6 +66,9 @@ def add_parser(sub) -> None:
     ex.add_argument("--logs", type=Path, default=None,
                     help="also build each model from these logs, timed beside the others")
     ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--prepack", action=argparse.BooleanOptionalAction, default=None,
+                    help="draw each kernel's candidates with its constant weights in a "
+                         "layout of its own, packed at compile (default on for CPU targets)")
     ex.add_argument("--no-simplify", action="store_true",
                     help="keep each graph as converted (no graph simplification)")
     ex.set_defaults(func=cmd_export)

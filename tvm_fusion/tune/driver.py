@@ -36,6 +36,7 @@ from .logs import (check_writable, kernel_table, open_database, orphaned_records
 from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .predicted import schedule_unmeasured
+from .prepack import prepack_default, resolve_prepack
 from .progress import Progress
 from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
@@ -98,7 +99,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          cost_model: str | Path | None = "auto",
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
-         measure: str = "device", layout: str = "auto") -> TuneReport:
+         measure: str = "device", layout: str = "auto",
+         prepack: bool | None = None) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -155,6 +157,13 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         checked against its limits (nvcc's register and shared-memory report for CUDA),
         and its record is marked in the manifest as predicted, neither measured nor
         verified, so ``compile`` says so and a later measured tune replaces it.
+    prepack : bool, optional
+        Let the tuned kernels read their constant weights in a layout of their own
+        (MetaSchedule's ``RewriteLayout``; ``compile`` packs the weights once, at
+        build). Default: on for CPU targets, off for GPUs; a model whose records were
+        tuned with the other setting keeps it (a warning says so). The setting is
+        recorded in the manifest (``"prepack"``); passing the other one than the logs'
+        raises :class:`~tvm_fusion.errors.LogError`. ``False`` is for A/B measurement.
 
     Returns
     -------
@@ -192,11 +201,21 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         graph, plan = plan_model(model.mod, hw, planner, layout=layout)
     else:  # the layout the plan was made in
         graph = graph_for_plan(model.mod, plan)
-    plan, _, tasks = make_schedulable(graph, plan, hw, tvm_target)
+    continued = entry if entry is not None and entry["plan"]["hash"] == plan.hash else None
+    requested = prepack
+    prepack = resolve_prepack(prepack, continued, hw, where=tdir)
+    if requested is None and continued is not None and not prepack and prepack_default(hw):
+        warnings.warn(f"{tdir}: the records for {model.source} were tuned without weight "
+                      "prepacking, so tuning continues without it (records of the two "
+                      "settings are different workloads); tune into a new log directory to "
+                      "prepack", stacklevel=2)
+    plan, _, tasks = make_schedulable(graph, plan, hw, tvm_target, prepack=prepack)
     if entry is None or entry["plan"]["hash"] != plan.hash:
         entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),
                  "inputs": {t.name: list(t.shape) for t in model.inputs}}
         manifest["models"][model.model_hash] = entry
+    if prepack:  # an entry without the field was tuned without (or before) prepacking
+        entry["prepack"] = True
     accepted = open_database(tdir, create=True)
     remaining = 0 if dry else max(trials - entry["trials"], 0)
     bar = Progress(trials, done=entry["trials"], enabled=progress)

@@ -26,9 +26,12 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm
 import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule import _ffi_api as ms_ffi
+from tvm.s_tir.meta_schedule.utils import _json_de_tvm
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
 from ..errors import LogError
@@ -202,6 +205,25 @@ def append_line(path: Path, line: str) -> None:
 def dumps(obj) -> str:
     """Compact JSON, as MetaSchedule writes it."""
     return json.dumps(obj, separators=(",", ":"))
+
+
+def record_json(record: ms.database.TuningRecord) -> list:
+    """``record.as_json()`` as MetaSchedule's own JSONDatabase writes it.
+
+    The layout map of a ``TransformLayout`` step (``RewriteLayout``'s, in every prepacked
+    kernel) becomes its ``tvm.ir.save_json`` string, as the C++ writer does and as
+    ``TuningRecord.from_json`` reads it back; TVM's Python unpacker refuses IndexMaps.
+    """
+    def unpack(obj):
+        if isinstance(obj, tvm.tirx.IndexMap):
+            return tvm.ir.save_json(obj)
+        if isinstance(obj, tvm_ffi.Array):
+            return [unpack(x) for x in obj]
+        if isinstance(obj, tvm_ffi.Map):
+            return {unpack(k): unpack(v) for k, v in obj.items()}
+        return _json_de_tvm(obj)
+
+    return unpack(ms_ffi.TuningRecordAsJSON(record))
 
 
 # ---- the database ---------------------------------------------------------------------
@@ -425,7 +447,7 @@ class LogDatabase(PyDatabase):
         with DirLock(self.path, exclusive=True):
             self._sync()
             wl = self.commit_workload(record.workload.mod)
-            line = dumps([self._index[wl], record.as_json()])
+            line = dumps([self._index[wl], record_json(record)])
             append_line(self._files[RECORD_FILE], line)
             self._sync_file(RECORD_FILE)
 
@@ -461,7 +483,7 @@ def write_database(path: Path, entries: list) -> None:
     """
     path.mkdir(parents=True, exist_ok=True)
     wl_lines = [dumps(wl.as_json()) for wl, _ in entries]
-    rec_lines = [dumps([i, r.as_json()]) for i, (_, recs) in enumerate(entries) for r in recs]
+    rec_lines = [dumps([i, record_json(r)]) for i, (_, recs) in enumerate(entries) for r in recs]
     tmp = {}
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
         tmp[name] = path / f".{name}.new"

@@ -19,6 +19,7 @@ from ..graph import OpGraph
 from ..plan import FusionPlan, apply_plan, describe_plan, plan_from_groups
 from ..plan.baseline import fuseops_groups
 from .fast_import import import_tensor_intrinsics
+from .prepack import mark_layout_free
 
 
 def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[str, str]:
@@ -48,15 +49,26 @@ def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[
     return bad
 
 
-def make_schedulable(graph: OpGraph, plan: FusionPlan, hw, target: tvm.target.Target
-                     ) -> tuple[FusionPlan, tvm.IRModule, list]:
+def kernel_module(graph: OpGraph, plan: FusionPlan, *, prepack: bool) -> tvm.IRModule:
+    """``plan``'s fused module, its constant weights marked layout-free with ``prepack``.
+
+    What tuning extracts its tasks from and what ``compile`` applies the records to: both
+    must mark alike, or no record's workload matches.
+    """
+    fused = apply_plan(graph, plan)
+    return mark_layout_free(fused) if prepack else fused
+
+
+def make_schedulable(graph: OpGraph, plan: FusionPlan, hw, target: tvm.target.Target, *,
+                     prepack: bool = False) -> tuple[FusionPlan, tvm.IRModule, list]:
     """Split ``plan``'s unschedulable groups until every kernel has a design space.
 
-    Returns the (possibly new) plan, its fused module and its extracted tasks.
+    Returns the (possibly new) plan, its fused module and its extracted tasks; with
+    ``prepack`` the kernels' constant weights are layout-free (see :mod:`.prepack`).
     """
     baseline = fuseops_groups(graph)
     for _ in range(3):
-        fused = apply_plan(graph, plan)
+        fused = kernel_module(graph, plan, prepack=prepack)
         bad = unschedulable_groups(fused, plan, target)
         if not bad:
             return plan, fused, ms.relax_integration.extract_tasks(fused, target)
@@ -75,5 +87,5 @@ def make_schedulable(graph: OpGraph, plan: FusionPlan, hw, target: tvm.target.Ta
         split = plan_from_groups(graph, groups, hw, planner=plan.planner)
         plan = replace(describe_plan(graph, hw, split), notes=tuple(notes), edges=plan.edges,
                        layout=plan.layout, layout_reason=plan.layout_reason)
-    fused = apply_plan(graph, plan)
+    fused = kernel_module(graph, plan, prepack=prepack)
     return plan, fused, ms.relax_integration.extract_tasks(fused, target)

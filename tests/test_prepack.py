@@ -1,0 +1,202 @@
+"""Weight prepacking on a CPU target: a conv + matmul model tuned with its weights
+layout-free, built with the packed weights folded into the module, exported, loaded in
+a fresh process; and logs from before prepacking (the shipped x86_zen4 logs), which
+compile as before (tests/test_shipped_logs.py) and refuse the other setting by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_fusion as tf
+from tvm_fusion.embedded import build_embedded_model
+from tvm_fusion.errors import LogError
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+from tvm_fusion.tune.logs import open_database, read_manifest
+from tvm_fusion.tune.prepack import has_layout_rewrite, resolve_prepack
+from tvm_fusion.tune.schedulable import kernel_module
+from tvm_fusion.tune.verify import KernelVerifier, Outcome
+
+from onnx_cases import _vi, T, const, h, make
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIALS = 8
+W2 = (64, 32)  # the matmul's weight as the model stores it
+
+
+def conv_matmul() -> onnx.ModelProto:
+    """Conv(+bias) -> Relu -> Reshape -> MatMul: a conv weight and a GEMM weight."""
+    rng = np.random.default_rng(0)
+    return make("conv_matmul", [
+        h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c"], ["r"]),
+        h.make_node("Reshape", ["r", "shp"], ["f"]),
+        h.make_node("MatMul", ["f", "w2"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, 8, 8, 8])], [_vi("y", T.FLOAT, [16, 32])],
+        [const("w", rng.standard_normal((16, 8, 3, 3))), const("b", rng.standard_normal(16)),
+         const("shp", [16, 64], np.int64), const("w2", rng.standard_normal(W2))])
+
+
+def _tune(model, logs, **kw):
+    return tf.tune(model, "host", trials=TRIALS, logs=logs, progress=False,
+                   cost_model="none", **kw)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The model tuned with prepacking (the default on a CPU)."""
+    base = tmp_path_factory.mktemp("prepack")
+    path = base / "conv_matmul.onnx"
+    onnx.save(conv_matmul(), path)
+    model = tf.import_model(path)
+    packed = base / "packed"
+    report = _tune(model, packed)
+    inputs = random_inputs(model.inputs)
+    want = run_onnxruntime(model.onnx_model, inputs)
+    return {"model": model, "onnx": path, "packed": packed, "report": report,
+            "inputs": inputs, "want": want}
+
+
+def _entry(logs, model, target="host"):
+    return read_manifest(Path(logs) / target)["models"][model.model_hash]
+
+
+def _recorded(report) -> set[str]:
+    return {t.name for t in report.tasks if t.best_us is not None}
+
+
+def test_tuned_kernels_read_packed_weights_and_match_onnxruntime(tuned):
+    model = tuned["model"]
+    assert _entry(tuned["packed"], model)["prepack"] is True
+    recorded = _recorded(tuned["report"])
+    assert "matmul" in recorded, tuned["report"].tasks
+    compiled = tf.compile_model(model, "host", logs=tuned["packed"])
+    info = compiled.info
+    assert info["prepack"] is True
+    # every kernel with a record reads its weights in the layout its schedule chose (the
+    # search may keep the model's), and the module carries them packed at build
+    assert set(info["prepacked"]) == recorded
+    (packed_w2,) = info["prepacked"]["matmul"]
+    assert np.prod(packed_w2) >= np.prod(W2)
+    assert set(compiled.kernels) == {g.name for g in compiled.plan.groups}  # names kept
+    got = compiled_run(compiled, tuned["inputs"])
+    assert max_rel_error(got, tuned["want"][0]) <= 1e-4
+
+
+def compiled_run(compiled, inputs):
+    vm = relax.VirtualMachine(compiled.executable, tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
+
+
+def _tuned_matmul(tuned):
+    """The matmul workload as tuned (weights layout-free) and its best record applied."""
+    model = tuned["model"]
+    entry = _entry(tuned["packed"], model)
+    fused = kernel_module(tf.build_graph(model.mod), tf.FusionPlan.from_json(entry["plan"]),
+                          prepack=True)
+    workload = tvm.IRModule({"main": fused["matmul"].with_attr("global_symbol", "main")})
+    db = open_database(tuned["packed"] / "host", create=False)
+    (best,) = db.get_top_k(db.commit_workload(workload), 1)
+    sch = tvm.s_tir.Schedule(workload)
+    best.trace.apply_to_schedule(sch, remove_postproc=False)
+    return workload, sch.mod
+
+
+def test_verification_checks_the_rewrite_inside_the_kernel(tuned):
+    workload, good = _tuned_matmul(tuned)
+    # the tuned kernel keeps its signature (the weight in the model's layout) and packs
+    # it in a block of its own: checked against the unscheduled kernel, the rewrite is too
+    assert [tuple(int(d) for d in p.shape) for p in good["main"].params][1] == W2
+    assert has_layout_rewrite(good["main"])
+    verifier = KernelVerifier(tf.load_target("host").tvm_target())
+    assert verifier.check(0, workload, good).outcome is not Outcome.WRONG
+    # the same kernel with a rewrite that packs the rows one off: caught
+    text = good["main"].script()
+    store = re.compile(r"(\n\s*B_global\[[^\n]*\] = )B\[v0, v1\]\n")
+    assert store.search(text), text[:2000]
+    bad_text = store.sub(r"\1B[(v0 + T.int64(1)) % T.int64(64), v1]\n", text, count=1)
+    bad = tvm.IRModule({"main": tvm.script.from_source(bad_text)})
+    verdict = verifier.check(0, workload, bad)
+    assert verdict.outcome is Outcome.WRONG and "differs" in verdict.error
+
+
+FRESH = """
+import sys, numpy as np, tvm_fusion as tf
+m = tf.load_module(sys.argv[1])
+x = np.load(sys.argv[2])
+np.save(sys.argv[3], m(x)[0])
+print(m.info["prepacked"])
+"""
+
+
+def test_prepacked_module_round_trips_through_export_and_a_fresh_process(tuned, tmp_path):
+    compiled = tf.compile_model(tuned["model"], "host", logs=tuned["packed"])
+    lib = compiled.export(tmp_path / "m.so")
+    np.save(tmp_path / "x.npy", tuned["inputs"][0])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", FRESH, lib, tmp_path / "x.npy",
+                           tmp_path / "y.npy"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "matmul" in proc.stdout  # the sidecar says which kernels read packed weights
+    got = np.load(tmp_path / "y.npy")
+    assert np.array_equal(got, compiled_run(compiled, tuned["inputs"]))
+    assert max_rel_error(got, tuned["want"][0]) <= 1e-4
+
+
+def test_logs_from_before_prepacking_keep_their_setting_and_refuse_the_other(tmp_path):
+    shipped = ROOT / "tuning_logs" / "x86_zen4"
+    if not (shipped / "manifest.json").is_file():
+        pytest.skip("no shipped x86_zen4 logs")
+    logs = tmp_path / "logs"
+    (logs / "x86_zen4").mkdir(parents=True)
+    for f in ("manifest.json", "database_workload.json", "database_tuning_record.json"):
+        shutil.copy(shipped / f, logs / "x86_zen4" / f)
+    # the graph they were tuned for (tests/test_shipped_logs.py compiles and runs them)
+    model = tf.import_model(build_embedded_model(), name="embedded", simplify=False)
+    entry = _entry(logs, model, "x86_zen4")
+    assert "prepack" not in entry  # what every log written before prepacking holds
+    with pytest.raises(LogError, match="tuned without weight prepacking.*new log directory"):
+        tf.compile_model(model, "x86_zen4", logs=logs, prepack=True)
+    # a re-tune into the old entry keeps its setting, and says so
+    with pytest.warns(UserWarning, match="without weight prepacking, so tuning continues"):
+        tf.tune(model, "x86_zen4", trials=entry["trials"], logs=logs, progress=False,
+                cost_model="none")
+    assert "prepack" not in _entry(logs, model, "x86_zen4")
+    with pytest.raises(LogError, match="--prepack"):
+        tf.tune(model, "x86_zen4", trials=entry["trials"], logs=logs, progress=False,
+                cost_model="none", prepack=True)
+
+
+def test_prepacked_logs_refuse_no_prepack(tuned):
+    with pytest.raises(LogError, match="tuned with weight prepacking"):
+        tf.compile_model(tuned["model"], "host", logs=tuned["packed"], prepack=False)
+
+
+def test_cli_names_the_conflicting_flag(tuned, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tvm_fusion", "compile", tuned["onnx"], "--logs",
+         tuned["packed"], "--no-prepack", "-o", tmp_path / "m.so"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "--no-prepack" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_prepacking_is_for_cpu_targets():
+    gpu = tf.load_target("a100")
+    assert resolve_prepack(None, None, gpu, where="logs") is False  # GPUs keep their layout
+    assert resolve_prepack(None, None, tf.load_target("host"), where="logs") is True
+    with pytest.raises(LogError, match="for CPU targets"):
+        resolve_prepack(True, None, gpu, where="logs")
