@@ -368,3 +368,20 @@ def u8_matmul_integer(rows=16, k=128, n=64, seed=0) -> onnx.ModelProto:
     ], [_vi("x", T.UINT8, [rows, k])], [_vi("y", T.INT32, [rows, n])],
         [nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
          const("xz", 128, np.uint8), const("wz", 0, np.int8)])
+
+
+def qdq_matmul_s8(rows=128, k=256, n=128, seed=0) -> onnx.ModelProto:
+    """QDQ with int8 (signed, symmetric) activations, as quantize_static writes with
+    activation_type=QInt8: Q -> DQ -> MatMul(DQ of an int8 weight) -> Q -> DQ."""
+    rng = np.random.default_rng(seed)
+    return make("qdq_matmul_s8", [
+        h.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        h.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
+        h.make_node("MatMul", ["xd", "wd"], ["m"], name="matmul0"),
+        h.make_node("QuantizeLinear", ["m", "sy", "zy"], ["mq"]),
+        h.make_node("DequantizeLinear", ["mq", "sy", "zy"], ["y"]),
+    ], [_vi("x", T.FLOAT, [rows, k])], [_vi("y", T.FLOAT, [rows, n])],
+        [const("sx", 0.02), const("zx", 0, np.int8),
+         nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
+         const("sw", 0.004), const("zw", 0, np.int8), const("sy", 0.1), const("zy", 0, np.int8)])

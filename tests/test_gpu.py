@@ -396,3 +396,21 @@ def test_h200_script_is_ready_to_run():
     table = h200.results_table(rows, {"gpu": "NVIDIA H200", "torch": "2.11", "tvm": "0.27"})
     assert "| embedded | torch eager | 0.0500 |" in table
     assert "| embedded | tvm-fusion tuned | - | - | RuntimeError: x |" in table
+
+
+@needs_nvcc
+def test_a100_int8_gemm_builds_with_nvcc_and_uses_dp4a(tmp_path):
+    """An integer GEMM (MatMulInteger, u8 x s8 -> i32) for a100: its default schedule
+    (gpu/int8.py) tensorizes the packed weight's 4-wide K tile with DP4A; nvcc compiles
+    it within the limits and the PTX has the dp4a instruction."""
+    import onnx_cases as oc
+
+    model = tf.import_model(oc.u8_matmul_integer(rows=128, k=256, n=128))
+    (k,) = build_cuda_kernels(model, tf.load_target("a100"), workdir=tmp_path)
+    assert "__dp4a" in k.source and not k.violations
+    src = tmp_path / "int8.cu"
+    src.write_text(k.source)
+    ptx = tmp_path / "int8.ptx"
+    subprocess.run([find_nvcc(), "-arch=sm_80", "-ptx", "-o", str(ptx), str(src)],
+                   check=True, capture_output=True)
+    assert re.search(r"\bdp4a\.u32\.s32\b", ptx.read_text())

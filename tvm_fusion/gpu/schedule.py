@@ -12,6 +12,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from ..tune.fast_import import import_tensor_intrinsics
+from .int8 import PackedInt8Dp4a
 from .tir_check import check_func
 
 
@@ -42,8 +43,9 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
     """
     if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
-    rules = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-             dl.gpu.Fallback())
+    # an integer GEMM on its packed weight: DP4A (gpu/int8.py); dlight has no rule for it
+    rules = (PackedInt8Dp4a(), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+             dl.gpu.GeneralReduction(), dl.gpu.Fallback())
     updated = {}
     with target:
         for gv, func in mod.functions.items():
