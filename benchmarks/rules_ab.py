@@ -5,7 +5,9 @@ search space: the shipped ``search_spaces/cpu.json`` ("rules": register_tile, de
 and plain next to MetaSchedule's spaces) or the same file without them ("stock",
 ``benchmarks.gemm_probe.stock_space``). Both modules are checked against ONNX Runtime
 and timed interleaved with it (``benchmarks.timing.interleave``). The budget is given per
-kernel: ``--per-task`` x the number of kernels of the plan.
+kernel: ``--per-task`` x the number of kernels of the plan, which a first one-trial
+``tune`` call learns (the driver still gives every kernel its floor of trials there, so
+that call already measures part of the budget; the second continues to the total).
 
 Run: ``python -m benchmarks.rules_ab --models minilm-l3 --per-task 8 --out DIR``
 """
