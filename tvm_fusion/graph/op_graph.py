@@ -29,6 +29,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LoweringError, PlanError
 from ..frontend.int_weights import fold_keeping_int_weights
+from .fast_erf import LEGALIZE_MAP as _FAST_ERF
 from .layout import LEGALIZE_MAP as _PACKED_CONV
 from .wide_softmax import LEGALIZE_MAP as _WIDE_SOFTMAX
 
@@ -139,7 +140,8 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
     """Lower every Relax operator to a call_tir of an annotated PrimFunc."""
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
-        relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV}),
+        relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV,
+                                                              **_FAST_ERF}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),
