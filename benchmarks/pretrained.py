@@ -139,13 +139,9 @@ def parse_args(argv):
 
 def count_stock_tasks(model, hw) -> int:
     """Tuning tasks MetaSchedule extracts from the module ``static_shape_tuning`` tunes."""
-    from tvm.s_tir import meta_schedule as ms
+    from .stock_ms import count_tasks
 
-    from tvm_fusion.explore.tuning import _stock_module
-
-    tvm_target = hw.tvm_target()
-    return len(ms.relax_integration.extract_tasks(_stock_module(model.imported, tvm_target),
-                                                  tvm_target))
+    return count_tasks(model.imported.mod, hw.tvm_target())
 
 
 class OursSeries:
@@ -211,7 +207,8 @@ def ms_row(key: str, label: str, per_task: int | None, total: int, ctx: Context,
 
     def prepare(_ctx, r: Row):
         sub = Context(model=ctx.model, inputs=ctx.inputs, hw=ctx.hw, trials=total,
-                      work=ctx.work / key, logs=None, ms_builder_timeout=ctx.ms_builder_timeout)
+                      work=ctx.work / key, logs=None, ms_builder_timeout=ctx.ms_builder_timeout,
+                      ms_per_task=per_task)
         return prepare_metaschedule(sub, r)
 
     return row, prepare
@@ -236,8 +233,11 @@ def _reuse_ms(key: str, total: int, ctx: Context, earlier: dict, earlier_dir: Pa
         dst = ctx.work / key / "metaschedule"
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
+        # the setting it was tuned with: rows before prepack was recorded had none
         executable, facts = tune_and_build(ctx.model.imported.mod, ctx.hw.tvm_target(), dst,
-                                           0, builder_timeout=ctx.ms_builder_timeout)
+                                           0, builder_timeout=ctx.ms_builder_timeout,
+                                           per_task=old.get("extra", {}).get("per_task"),
+                                           prepack=old.get("extra", {}).get("prepack", False))
         r.tune_s, r.compile_s = old.get("tune_s"), facts.pop("compile_s")
         facts.pop("tune_s")
         scheduled = facts.pop("scheduled")

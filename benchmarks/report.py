@@ -38,7 +38,9 @@ METHOD = """\
 - Tune s: tuning wall time. Compile s: ONNX Runtime session creation, onnx2torch
   conversion, or the TVM build.
 - Stock MetaSchedule is TVM's own `static_shape_tuning` pipeline (FuseOps, FuseTIR,
-  MetaScheduleTuneIRMod with the given total trials, MetaScheduleApplyDatabase), then
+  MetaScheduleTuneIRMod with the given total trials, MetaScheduleApplyDatabase) with
+  `cpu_weight_prepack=True` on CPUs and `max_trials_per_task` the per-task budget (the
+  total over its tasks, evenly), as TVM's docs say it runs best on a CPU, then
   `relax.build`, on the Relax module of tvm-fusion's frontend (TVM's own ONNX importer
   rejects several of these models) and with the same target as tvm-fusion (mcpu,
   num-cores).

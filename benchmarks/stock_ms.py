@@ -2,7 +2,14 @@
 
 Nothing of tvm-fusion takes part but the Relax module (tvm-fusion's frontend imports
 models that TVM's own importer rejects) and the target (the same ``tvm.target.Target``,
-with ``mcpu`` and ``num-cores``). One knob is turned, and reported: the LocalBuilder
+with ``mcpu`` and ``num-cores``). The pipeline runs the way TVM's docs say it runs best
+on a CPU (``static_shape_tuning_pipeline``'s docstring): ``cpu_weight_prepack=True`` on
+LLVM targets (weights marked layout-free, so ``RewriteLayout`` packs them; with the
+weights as constants the packed weights fold into the module and ``main`` keeps its
+signature), and ``max_trials_per_task`` set to the per-task budget with ``total_trials``
+that budget times the task count, so every task is tuned (by default MetaSchedule spends
+its whole budget 64 trials at a time on the first few tasks). One knob is turned, and
+reported: the LocalBuilder
 timeout (``--ms-builder-timeout``). MetaSchedule's default builder function imports
 ``tvm.s_tir.tensor_intrin`` inside each build job, and its pool starts fresh workers
 for every batch, so the first job of every worker pays that import: 25-60 s on a
@@ -55,24 +62,52 @@ def quiet_console():
         logger.setLevel(level)
 
 
+def count_tasks(mod, target) -> int:
+    """Tuning tasks MetaSchedule extracts from the module ``static_shape_tuning`` tunes."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_fusion.explore.tuning import _stock_module
+
+    return len(ms.relax_integration.extract_tasks(_stock_module(mod, target), target))
+
+
 def tune_and_build(mod, target, work_dir: Path, trials: int, *,
-                   builder_timeout: float | None):
+                   builder_timeout: float | None, per_task: int | None = None,
+                   prepack: bool | None = None):
     """Tune with the stock pipeline, then build with ``relax.build``'s default pipeline.
+
+    Parameters
+    ----------
+    trials : int
+        Total trials (``total_trials``); 0 applies the database in ``work_dir`` only.
+    per_task : int, optional
+        ``max_trials_per_task``; default ``ceil(trials / tasks)``, an even share.
+    prepack : bool, optional
+        ``cpu_weight_prepack``; default on for LLVM targets. Applying an earlier
+        database (``trials=0``) needs the setting it was tuned with.
 
     Returns
     -------
     (executable, facts)
-        ``facts``: tune_s, compile_s, scheduled (PrimFunc name -> bool) and the
-        database statistics of :func:`database_stats`.
+        ``facts``: tune_s, compile_s, scheduled (PrimFunc name -> bool), the settings
+        (prepack, per_task, tasks) and the database statistics of :func:`database_stats`.
     """
+    import math
+
     import tvm
     from tvm import relax
 
     from tvm_fusion.tune.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()  # the harness process only; builder workers pay it in full
+    if prepack is None:
+        prepack = str(target.kind.name) == "llvm"
+    n_tasks = count_tasks(mod, target)
+    if per_task is None:
+        per_task = max(1, math.ceil(trials / max(n_tasks, 1)))
     pipeline = relax.get_pipeline("static_shape_tuning", target=target,
-                                  work_dir=str(work_dir), total_trials=trials)
+                                  work_dir=str(work_dir), total_trials=trials,
+                                  cpu_weight_prepack=prepack, max_trials_per_task=per_task)
     t0 = time.monotonic()
     with patched_builder_timeout(builder_timeout), quiet_console():
         tuned = pipeline(mod)
@@ -83,9 +118,12 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     scheduled = {gv.name_hint: bool(f.attrs and f.attrs.get("tirx.is_scheduled", False))
                  for gv, f in tuned.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
     facts = {"tune_s": tune_s, "compile_s": compile_s, "scheduled": scheduled,
-             "work_dir": str(work_dir), "builder_timeout_s": builder_timeout}
+             "work_dir": str(work_dir), "builder_timeout_s": builder_timeout,
+             "prepack": prepack, "per_task": per_task, "tasks": n_tasks}
     facts.update(database_stats(work_dir))
-    notes = [f"{facts['records']} candidates measured, {facts['failed']} failed "
+    notes = [f"cpu_weight_prepack={prepack}, max_trials_per_task={per_task} over {n_tasks} "
+             "tasks",
+             f"{facts['records']} candidates measured, {facts['failed']} failed "
              f"({facts['build_timeouts']} LocalBuilder timeouts); "
              f"{facts['workloads_with_record']}/{facts['workloads']} tuning tasks have a "
              "valid measurement"]

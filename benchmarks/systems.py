@@ -99,6 +99,8 @@ class Context:
     ms_builder_timeout: float | None
     fusion_logs: Path | None = None  # set by the tvm-fusion row
     resume: bool = False             # --resume: keep tvm-fusion logs of an earlier run
+    ms_per_task: int | None = None   # stock MetaSchedule's max_trials_per_task (default:
+                                     # an even share of ``trials`` over its tasks)
 
 
 def short_reason(err: BaseException) -> str:
@@ -380,7 +382,8 @@ def prepare_metaschedule(ctx: Context, row: Row):
 
     executable, facts = tune_and_build(ctx.model.imported.mod, ctx.hw.tvm_target(),
                                        _fresh(ctx.work / "metaschedule"), ctx.trials,
-                                       builder_timeout=ctx.ms_builder_timeout)
+                                       builder_timeout=ctx.ms_builder_timeout,
+                                       per_task=ctx.ms_per_task)
     row.tune_s, row.compile_s = facts.pop("tune_s"), facts.pop("compile_s")
     scheduled = facts.pop("scheduled")
     called = called_kernels(executable)

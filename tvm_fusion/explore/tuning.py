@@ -227,12 +227,13 @@ def tuning_curve(model, target, logs, *, label: str = "tvm-fusion", baseline: bo
     return curve_from_records(tdir / "candidates", _weights(tasks), label, default)
 
 
-def _stock_module(model, tvm_target):
-    """What TVM's ``static_shape_tuning`` hands to MetaSchedule: FuseOps' kernels."""
+def _stock_module(mod, tvm_target):
+    """What TVM's ``static_shape_tuning`` hands to MetaSchedule: FuseOps' kernels of the
+    Relax module ``mod``."""
     with tvm_target:
         return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
                                          relax.transform.CanonicalizeBindings(),
-                                         relax.get_pipeline("zero")])(model.mod)
+                                         relax.get_pipeline("zero")])(mod)
 
 
 def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: float = 180.0
@@ -256,7 +257,7 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     logging.disable(logging.INFO)
     try:
         ms.relax_integration.tune_relax(
-            _stock_module(model, tvm_target), params={}, target=tvm_target,
+            _stock_module(model.mod, tvm_target), params={}, target=tvm_target,
             work_dir=str(work_dir), max_trials_global=trials,
             builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout, f_build=build_kernel))
     finally:
@@ -274,7 +275,7 @@ def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedul
     """
     hw = as_target(target)
     tvm_target = hw.tvm_target()
-    tasks = ms.relax_integration.extract_tasks(_stock_module(model, tvm_target), tvm_target)
+    tasks = ms.relax_integration.extract_tasks(_stock_module(model.mod, tvm_target), tvm_target)
     default = default_latencies(tasks, tvm_target) if baseline else None
     return curve_from_records(work_dir, _weights(tasks), label, default)
 
