@@ -134,7 +134,7 @@ def test_pretrained_benchmark_smoke(tmp_path):
 
     out = tmp_path / "pretrained"
     cmd = [sys.executable, "-m", "benchmarks.pretrained", "--model", "embedded",
-           "--per-task", "1,2", "--ms-per-task", "2", "--out", str(out),
+           "--per-task", "1,2", "--ms-per-task", "1", "--no-ms-same-budget", "--out", str(out),
            "--rounds", "2", "--slot-ms", "100", "--ms-builder-timeout", "1"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -142,8 +142,7 @@ def test_pretrained_benchmark_smoke(tmp_path):
     table = _pretrained_table((out / P_MD).read_text())
     n = data["settings"]["n_tasks"]
     assert n > 0
-    assert list(table) == ["ONNX Runtime (CPU EP, reference)", "MetaSchedule (2/task)",
-                           "MetaSchedule (same total as ours at 1/task)",
+    assert list(table) == ["ONNX Runtime (CPU EP, reference)", "MetaSchedule (1/task)",
                            "tvm-fusion + pretrained model (1/task)",
                            "tvm-fusion + pretrained model (2/task)"], list(table)
     for label, cells in table.items():
@@ -152,14 +151,17 @@ def test_pretrained_benchmark_smoke(tmp_path):
         assert float(cells["median ms"]) > 0, (label, cells)
     ours1 = table["tvm-fusion + pretrained model (1/task)"]
     ours2 = table["tvm-fusion + pretrained model (2/task)"]
-    assert table["MetaSchedule (2/task)"]["total trials"] == str(2 * n)
-    assert table["MetaSchedule (2/task)"]["x MetaSchedule-64"] == "1.00"
-    assert table["MetaSchedule (same total as ours at 1/task)"]["total trials"] == str(n)
+    # the peer as TVM's docs run it on a CPU: every task gets its per-task budget, weights
+    # prepacked (max_trials_per_task, cpu_weight_prepack)
+    assert table["MetaSchedule (1/task)"]["total trials"] == str(n)
+    assert table["MetaSchedule (1/task)"]["x MetaSchedule-64"] == "1.00"
     assert ours1["total trials"] == str(n) and ours2["total trials"] == str(2 * n)
     # cumulative: the second budget resumes the first's logs, its wall time includes it
     assert 0 < float(ours1["tuning wall s"]) <= float(ours2["tuning wall s"])
     rows = {(r["key"], r["extra"].get("per_task")): r for r in data["rows"]}
     assert rows[("tvm-fusion-pretrained", 2)]["extra"]["total_trials"] == 2 * n
+    peer = rows[("metaschedule", 1)]["extra"]
+    assert peer["prepack"] is True and peer["per_task"] == 1 and peer["tasks"] == n
     assert any(s.startswith("trials per task ours needs to come within 5% of "
                             "MetaSchedule's result: ") for s in data["summary"])
     assert "trials per task ours needs" in proc.stdout  # the table is printed too
@@ -167,14 +169,15 @@ def test_pretrained_benchmark_smoke(tmp_path):
     # --ms-from: stock MetaSchedule re-timed from that run's databases, no new trial.
     again = tmp_path / "again"
     proc = subprocess.run(cmd[:cmd.index("--per-task")] + [
-        "--per-task", "1", "--ms-per-task", "2", "--out", str(again), "--rounds", "2",
+        "--per-task", "1", "--ms-per-task", "1", "--no-ms-same-budget", "--out", str(again),
+        "--rounds", "2",
         "--slot-ms", "100", "--ms-from", str(out)], cwd=REPO, env=env, capture_output=True,
         text=True, timeout=900)
     assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     data2 = json.loads((again / P_JSON).read_text())
     old = {r["key"]: r for r in data["rows"] if r["key"].startswith("metaschedule")}
     new = {r["key"]: r for r in data2["rows"] if r["key"].startswith("metaschedule")}
-    assert set(new) == set(old) == {"metaschedule", "metaschedule-same-budget"}
+    assert set(new) == set(old) == {"metaschedule"}
     for key, r in new.items():
         assert r["status"] == "ok" and r["tune_s"] == old[key]["tune_s"]
         assert r["extra"]["reused_from"].startswith(str(out))
