@@ -26,7 +26,7 @@ from .frontend.consts import apply_consts, parse_const
 from .gpu.precision import apply_precision
 from .model_spec import load_model_spec
 from .offline import cli as offline_cli
-from .plan import LAYOUTS, plan_model
+from .plan import COMBINE_MODES, LAYOUTS, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import format_targets_table, list_targets, load_target
 
@@ -94,6 +94,10 @@ def _add_layout_arg(p: argparse.ArgumentParser) -> None:
                         "(default; on CPU targets NCHW or NCHW{c}c, c the vector's fp32 "
                         "lanes, whichever is predicted faster; GPUs keep NCHW), nchw, "
                         "nchwc. A plan stored in the logs keeps its own")
+    p.add_argument("--combine", choices=COMBINE_MODES, default="auto",
+                   help="parallel matmuls reading one input (Q/K/V) in a fresh plan: auto "
+                        "(default; combined into one where the planner predicts it pays), "
+                        "on, off. A plan stored in the logs keeps its own")
 
 
 def _add_prepack_flag(p, help_text: str) -> None:
@@ -127,7 +131,8 @@ def cmd_calibrate(args) -> int:
 
 def cmd_plan(args) -> int:
     model = _model_from_args(args)
-    graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout)
+    graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
+                             combine=args.combine)
     if model.simplified is not None:
         print(model.simplified.summary())
     print(plan.summary())
@@ -161,7 +166,7 @@ def cmd_tune(args) -> int:
                   cost_model=args.cost_model, search_space=args.search_space,
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
                   measure="none" if args.dry_run else "device", layout=args.layout,
-                  prepack=args.prepack)
+                  prepack=args.prepack, combine=args.combine)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -206,7 +211,7 @@ def cmd_compile(args) -> int:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
     compiled = compile_model(model, args.target, logs=logs,
                              allow_other_target=args.allow_other_target, layout=args.layout,
-                             prepack=args.prepack)
+                             prepack=args.prepack, combine=args.combine)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
     unmeasured = compiled.info.get("predicted_unmeasured", [])

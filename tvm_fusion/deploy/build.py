@@ -214,7 +214,8 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
                   planner: str = "cost", allow_other_target: bool = False,
-                  layout: str = "auto", prepack: bool | None = None) -> CompiledModel:
+                  layout: str = "auto", prepack: bool | None = None,
+                  combine: str = "auto") -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -233,6 +234,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     layout : str
         Convolution layout of a fresh plan (``auto``, ``nchw``, ``nchwc``); a stored or
         given plan keeps its own.
+    combine : str
+        Parallel matmuls (Q/K/V) of a fresh plan: ``auto``, ``on``, ``off``
+        (:mod:`~tvm_fusion.plan.combine`); a stored or given plan keeps its own.
     prepack : bool, optional
         Apply records of kernels tuned with prepacked weights, and pack those weights
         into the module at build (see :func:`~tvm_fusion.tune`). Default: what the
@@ -261,8 +265,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
-        graph, plan = plan_model(model.mod, hw, planner, layout=layout)
-    else:  # the layout the plan was made in
+        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine)
+    else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
     if hw.family != "cpu":
         _refuse_host_calls_on_gpu(model, graph, hw)

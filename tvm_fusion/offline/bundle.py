@@ -32,8 +32,7 @@ from ..deploy.build import compile_model
 from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
-from ..graph import build_graph
-from ..plan import FusionPlan, make_plan
+from ..plan import FusionPlan, plan_model
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
 from ..tune.logdb import dumps, record_json
@@ -168,7 +167,6 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     seen = {}
     stems: set[str] = set()
     for model in models:
-        graph = build_graph(model.mod)
         inputs = random_inputs(model.inputs)
         want = run_onnxruntime(model.onnx_model, inputs)
         stem = _file_stem(model, stems)
@@ -177,7 +175,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
                             **{f"out{i}": a for i, a in enumerate(want)})
         tuned_plan = None
         for planner in plans:
-            plan, _, tasks = make_schedulable(graph, make_plan(graph, hw, planner), hw,
+            plan, _, tasks = make_schedulable(*_plan(model, hw, planner), hw,
                                               tvm_target, prepack=prepack)
             entry = _export_model(compile_model(model, hw, plan=plan), model, planner,
                                   out, data, len(inputs), len(want), stem)
@@ -194,7 +192,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
         if candidates <= 0:
             continue
         if tuned_plan is None:
-            plan, _, tasks = make_schedulable(graph, make_plan(graph, hw, tune_plan), hw,
+            plan, _, tasks = make_schedulable(*_plan(model, hw, tune_plan), hw,
                                               tvm_target, prepack=prepack)
             tuned_plan = (plan, tasks)
         plan, tasks = tuned_plan
@@ -223,6 +221,12 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     (out / "bundle.json").write_text(json.dumps(bundle, indent=1))
     write_device_manifest(out)
     return out
+
+
+def _plan(model, hw, planner: str):
+    """(graph, plan) of ``model``: NCHW, with the parallel matmuls the planner combines
+    (:mod:`tvm_fusion.plan.combine`; ``compile`` rebuilds that graph from the plan)."""
+    return plan_model(model.mod, hw, planner, layout="nchw")
 
 
 def write_device_manifest(out: str | os.PathLike, *, skip_models=()) -> Path:

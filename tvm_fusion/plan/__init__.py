@@ -12,8 +12,9 @@ from .baseline import plan_from_groups, plan_fuseops
 from .compare import PlanComparison
 from .cost import AnalyticalCostModel, GroupCost
 from .cost_planner import describe_plan, plan_cost
-from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
-from .layout import LAYOUTS, choose_layout, graph_for_plan, graph_in_layout
+from .combine import COMBINE_MODES, choose_combine, graph_for_plan, module_for_plan
+from .fusion_plan import CombinedMatmuls, FusedGroup, FusionPlan, RejectedMerge
+from .layout import LAYOUTS, choose_layout, graph_in_layout
 
 PLANNERS = ("fuseops", "cost")
 
@@ -30,16 +31,25 @@ def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
     return dataclasses.replace(plan, edges=edges)
 
 
-def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto"):
+def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
+               combine: str = "auto"):
     """Choose the convolutions' layout of module ``mod`` on ``hw`` (``layout``: ``auto``,
-    ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it.
+    ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it;
+    then combine the parallel matmuls (Q/K/V) whose combined plan is predicted faster
+    (``combine``: ``auto``, ``on``, ``off``; :mod:`~tvm_fusion.plan.combine`).
 
     Returns
     -------
     (OpGraph, FusionPlan)
+        The graph the plan was made for (:func:`graph_for_plan` rebuilds it from ``mod``
+        and the plan).
     """
     hw = as_target(hw)
-    return choose_layout(mod, hw, lambda g, h: make_plan(g, h, planner), layout=layout)
+    make = lambda g, h: make_plan(g, h, planner)  # noqa: E731
+    graph, plan = choose_layout(mod, hw, make, layout=layout)
+    if planner != "cost" and combine == "auto":  # the baseline is stock TVM's graph
+        return graph, plan
+    return choose_combine(mod, hw, make, graph, plan, combine=combine)
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
@@ -64,7 +74,8 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     """
     return make_plan(graph, as_target(target), planner)
 
-__all__ = ["AnalyticalCostModel", "FusedGroup", "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS",
-           "PlanComparison", "RejectedMerge", "apply_plan", "check_plan", "describe_plan",
-           "graph_for_plan", "graph_in_layout", "make_plan", "plan_cost", "plan_fusion",
-           "plan_from_groups", "plan_fuseops", "plan_model"]
+__all__ = ["COMBINE_MODES", "AnalyticalCostModel", "CombinedMatmuls", "FusedGroup",
+           "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS", "PlanComparison",
+           "RejectedMerge", "apply_plan", "check_plan", "choose_combine", "describe_plan",
+           "graph_for_plan", "graph_in_layout", "make_plan", "module_for_plan", "plan_cost",
+           "plan_fusion", "plan_from_groups", "plan_fuseops", "plan_model"]

@@ -85,6 +85,61 @@ class RejectedMerge:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CombinedMatmuls:
+    """The planner's decision on one group of parallel matmuls reading one input (Q/K/V):
+    combine them into one wide matmul and a split, or keep them apart
+    (:mod:`~tvm_fusion.plan.combine`).
+
+    Attributes
+    ----------
+    index : int
+        The group's position among the module's candidates
+        (:func:`tvm_fusion.simplify.parallel.parallel_matmuls`).
+    names : tuple of str
+        The matmuls' Relax variables (checked when the graph is rebuilt).
+    ops : tuple of str
+        Their stable names in the separate graph (``matmul#12``).
+    combined : bool
+        Whether the plan's graph has them combined.
+    separate_us, combined_us : float
+        Predicted time of the kernels the two plans do not share, apart and combined.
+    separate_kernels, combined_kernels : int
+        How many kernels those are.
+    reason : str
+        The comparison that decided.
+    """
+
+    index: int
+    names: tuple[str, ...]
+    ops: tuple[str, ...]
+    combined: bool
+    separate_us: float
+    combined_us: float
+    separate_kernels: int = 0
+    combined_kernels: int = 0
+    reason: str = ""
+
+    def summary(self) -> str:
+        """One line, e.g. ``combined 3 parallel matmuls (matmul#1, ...) into one: ...``."""
+        ops = ", ".join(self.ops)
+        times = (f"{self.separate_us:.1f} -> {self.combined_us:.1f} us predicted, "
+                 f"{self.separate_kernels} -> {self.combined_kernels} kernels")
+        if self.combined:
+            return f"combined {len(self.ops)} parallel matmuls ({ops}) into one: {times}"
+        return (f"kept {len(self.ops)} parallel matmuls ({ops}) apart: combined would be "
+                f"{times}")
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CombinedMatmuls":
+        return cls(index=int(d["index"]), names=tuple(d["names"]), ops=tuple(d["ops"]),
+                   combined=bool(d["combined"]), separate_us=float(d["separate_us"]),
+                   combined_us=float(d["combined_us"]),
+                   separate_kernels=int(d.get("separate_kernels", 0)),
+                   combined_kernels=int(d.get("combined_kernels", 0)),
+                   reason=d.get("reason", ""))
+
+
+@dataclass(frozen=True, kw_only=True)
 class FusionPlan:
     """The kernels of a graph: a partition of its operators, except that a cheap
     producer may be recomputed by several kernels (:mod:`~tvm_fusion.plan.duplicate`;
@@ -97,6 +152,11 @@ class FusionPlan:
     in (``NCHW`` or ``NCHW{c}c``, :mod:`~tvm_fusion.plan.layout`) and ``layout_reason``
     why; a plan written before the field existed is ``NCHW``. The graph signature
     already differs between layouts, so the layout is not in the hash.
+
+    ``combine`` holds the decision on each group of parallel matmuls (Q/K/V) of the
+    module (:mod:`~tvm_fusion.plan.combine`); the graph was built with the groups marked
+    ``combined`` merged. A plan without it combines nothing. Like the layout it is not in
+    the hash: a combined graph has another signature.
     """
 
     target: str
@@ -108,6 +168,7 @@ class FusionPlan:
     edges: tuple[tuple[int, int], ...] = field(default=())
     layout: str = "NCHW"
     layout_reason: str = ""
+    combine: tuple[CombinedMatmuls, ...] = field(default=())
 
     @property
     def est_us(self) -> float:
@@ -129,6 +190,8 @@ class FusionPlan:
         d = asdict(self)
         d["groups"] = [{**asdict(g), "predicted_us": g.est_us} for g in self.groups]
         d["rejected"] = [asdict(r) for r in self.rejected]
+        if not self.combine:  # plans without parallel matmuls read as before
+            del d["combine"]
         return {"schema": PLAN_SCHEMA, "version": PLAN_VERSION, "hash": self.hash, **d}
 
     @classmethod
@@ -155,7 +218,8 @@ class FusionPlan:
                    planner=d["planner"], groups=groups, notes=tuple(d.get("notes", ())),
                    rejected=rejected,
                    edges=tuple((int(a), int(b)) for a, b in d.get("edges", ())),
-                   layout=d.get("layout", "NCHW"), layout_reason=d.get("layout_reason", ""))
+                   layout=d.get("layout", "NCHW"), layout_reason=d.get("layout_reason", ""),
+                   combine=tuple(CombinedMatmuls.from_json(c) for c in d.get("combine", ())))
         if d.get("hash") not in (None, plan.hash):
             raise PlanError(f"plan hash mismatch: file says {d['hash']}, content gives "
                             f"{plan.hash}; the plan was edited by hand or is corrupt")
@@ -170,7 +234,7 @@ class FusionPlan:
         """Read a plan saved by :meth:`save`."""
         try:
             return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise PlanError(f"cannot read fusion plan {path}: {e}") from e
 
     def summary(self) -> str:
@@ -187,6 +251,7 @@ class FusionPlan:
                     f"bytes avoided; {len(self.rejected)} merges rejected")
         if self.layout_reason or self.layout != "NCHW":
             rows.append(f"layout {self.layout}: {self.layout_reason or 'as stored'}")
+        rows.extend(c.summary() for c in self.combine)
         return "\n".join(rows)
 
     def _matches(self, op: str | int) -> list[tuple[int, int]]:
@@ -207,11 +272,19 @@ class FusionPlan:
         ----------
         op : str or int
             A node id, a stable name ``softmax#21``, or an op name (every node of it);
-            ``"layout"``: the activation layout and why it was chosen.
+            ``"layout"``: the activation layout and why it was chosen; ``"combine"``:
+            the decisions on parallel matmuls (Q/K/V) and why.
         """
         if op == "layout":
             return f"layout {self.layout}: {self.layout_reason or 'as stored with the plan'}"
+        if op == "combine":
+            if not self.combine:
+                return "no parallel matmuls reading one input (nothing to combine)"
+            return "\n".join(f"{c.summary()}; {c.reason}" for c in self.combine)
+        combined = [c for c in self.combine if str(op) in c.ops]
         found = self._matches(op)
+        if combined and not found:  # a sibling merged away into the combined matmul
+            return "\n".join(f"{c.summary()}; {c.reason}" for c in combined)
         if not found:
             known = ", ".join([n for g in self.groups for n in g.ops][:4])
             raise PlanError(f"no operator {op!r} in this plan; give a node id, an op name "
@@ -243,7 +316,7 @@ class FusionPlan:
                            f"{_clip(r.reason)}")
             if len(near) > 2:
                 out.append(f"  ({len(near) - 2} more merges not made: plan.rejected)")
-        return "\n".join(out)
+        return "\n".join([*(f"{c.summary()}; {c.reason}" for c in combined), *out])
 
     def compare(self, other: "FusionPlan"):
         """Side by side with ``other`` (same graph): kernels only one of them has.

@@ -10,7 +10,8 @@ targets keep NCHW. The decision is per model, not per conv chain: one layout for
 conv whose channels divide by ``c``.
 
 The layout is recorded in the plan (``FusionPlan.layout``), so ``compile``, ``jit`` and
-``tune`` rebuild the graph the plan was made for (:func:`graph_for_plan`); a plan
+``tune`` rebuild the graph the plan was made for
+(:func:`~tvm_fusion.plan.combine.graph_for_plan`); a plan
 without the field is NCHW.
 """
 
@@ -56,11 +57,6 @@ def resolve_layout(layout: str, hw) -> str:
         raise PlanError(f"layout {name} is for CPU targets; {hw.name!r} is a "
                         f"{hw.family} GPU and keeps NCHW: pass --layout nchw or auto")
     return name
-
-
-def graph_for_plan(mod: tvm.IRModule, plan: FusionPlan) -> OpGraph:
-    """The graph ``plan`` was made for: ``mod`` in ``plan.layout``, legalized."""
-    return graph_in_layout(mod, plan.layout)
 
 
 def graph_in_layout(mod: tvm.IRModule, layout: str) -> OpGraph:

@@ -100,7 +100,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
          measure: str = "device", layout: str = "auto",
-         prepack: bool | None = None) -> TuneReport:
+         prepack: bool | None = None, combine: str = "auto") -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -124,6 +124,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     layout : str
         Convolution layout of a fresh plan: ``auto`` (by predicted time), ``nchw`` or
         ``nchwc`` (:mod:`~tvm_fusion.plan.layout`); a stored plan keeps its own.
+    combine : str
+        Parallel matmuls (Q/K/V) of a fresh plan: ``auto`` (combined where the plan is
+        predicted faster), ``on``, ``off`` (:mod:`~tvm_fusion.plan.combine`); a stored
+        plan keeps its own.
     progress : bool
         Draw a progress bar on stderr.
     seed : int
@@ -198,8 +202,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
-        graph, plan = plan_model(model.mod, hw, planner, layout=layout)
-    else:  # the layout the plan was made in
+        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine)
+    else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
     continued = entry if entry is not None and entry["plan"]["hash"] == plan.hash else None
     requested = prepack

@@ -1,0 +1,106 @@
+"""Parallel matmuls (Q/K/V) combined where the planner's cost says it pays
+(tvm_fusion/plan/combine.py): the decision and its numbers in the plan, the built model
+against ONNX Runtime, the kernel count the decision promises, and the stored plan
+rebuilding the same graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_fusion import build_graph, compile_model, import_model, load_module, tune
+from tvm_fusion.errors import PlanError
+from tvm_fusion.plan import FusionPlan, graph_for_plan, plan_fusion, plan_model
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+from tvm_fusion.simplify.block import count_ops
+from tvm_fusion.simplify.parallel import combine_matmuls, parallel_matmuls
+
+F = TensorProto.FLOAT
+TARGET = "x86_avx512"  # a described target: its numbers, not this machine's, decide
+
+
+def qkv(rows: int, k: int, n: int, seed: int = 0) -> onnx.ModelProto:
+    """x -> three MatMul + bias Add (q, k, v), each an output."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, outs = [], [], []
+    for w in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"W{w}"], [f"m{w}"], name=w),
+                  helper.make_node("Add", [f"m{w}", f"b{w}"], [f"o{w}"], name=f"add_{w}")]
+        inits += [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), f"W{w}"),
+                  numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"b{w}")]
+        outs.append(helper.make_tensor_value_info(f"o{w}", F, [1, rows, n]))
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", F, [1, rows, k])],
+                              outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture(scope="module")
+def small():
+    model = qkv(16, 32, 16)
+    return model, import_model(model)
+
+
+def test_small_qkv_is_combined_and_matches_onnxruntime_with_the_promised_kernels(small, tmp_path):
+    onnx_model, model = small
+    assert [g.names for g in parallel_matmuls(model.mod)] and parallel_matmuls(model.mod)[0].bias
+    separate = plan_fusion(build_graph(model.mod), TARGET)
+    graph, plan = plan_model(model.mod, TARGET)
+    (d,) = plan.combine
+    assert d.combined and d.separate_us - d.combined_us > 0.05 * d.separate_us
+    assert d.ops == tuple(sorted(d.ops)) and len(d.ops) == 3
+    assert "into one" in plan.summary() and d.summary() in plan.explain("combine")
+    # the kernel count is what the decision promises
+    promised = len(separate.groups) - d.separate_kernels + d.combined_kernels
+    assert len(plan.groups) == promised < len(separate.groups)
+    assert count_ops(graph.mod, "relax.call_tir") < count_ops(build_graph(model.mod).mod,
+                                                              "relax.call_tir")
+    # compiled from that plan (run here), it matches ONNX Runtime
+    built = compile_model(model, "host", plan=plan)
+    assert len(built.kernels) == promised
+    arrays = random_inputs(model.inputs)
+    got = load_module(built.export(tmp_path / "m.so"))(*arrays)
+    for g, w in zip(got, run_onnxruntime(onnx_model, arrays)):
+        assert max_rel_error(g, w) < 1e-5
+    # off: three matmul kernels again, and the plan is the one made before the decision
+    _, off = plan_model(model.mod, TARGET, combine="off")
+    assert off.combine == () and "combine" not in off.to_json()
+    assert off.hash == separate.hash and len(off.groups) == len(separate.groups)
+
+
+def test_stored_plan_rebuilds_the_combined_graph_in_tune_and_compile(small, tmp_path):
+    onnx_model, model = small
+    _, plan = plan_model(model.mod, TARGET)
+    report = tune(model, "host", trials=0, logs=tmp_path, plan=plan, progress=False,
+                  cost_model=None)
+    stored = FusionPlan.from_json(report.plan.to_json())
+    assert stored == report.plan and stored.combine == plan.combine
+    assert graph_for_plan(model.mod, stored).signature == stored.graph_signature
+    # compile re-applies the stored plan: the combined graph, not a fresh decision
+    built = compile_model(model, "host", logs=tmp_path)
+    assert built.plan.hash == stored.hash and len(built.kernels) == len(stored.groups)
+    arrays = random_inputs(model.inputs)
+    got = load_module(built.export(tmp_path / "m.so"))(*arrays)
+    for g, w in zip(got, run_onnxruntime(onnx_model, arrays)):
+        assert max_rel_error(g, w) < 1e-5
+    # a plan naming groups the model does not have is refused by name
+    other = import_model(qkv(16, 32, 8))
+    with pytest.raises(PlanError, match="does not have"):
+        graph_for_plan(combine_matmuls(other.mod)[0], stored)
+
+
+def test_large_qkv_on_a_cpu_stays_apart_when_the_saving_is_within_the_margin():
+    model = import_model(qkv(512, 1024, 1024))
+    graph, plan = plan_model(model.mod, TARGET)
+    (d,) = plan.combine
+    assert not d.combined and "not more than the model's error" in d.reason
+    assert d.separate_us - d.combined_us <= 0.05 * d.separate_us + 0.05
+    assert "apart" in d.summary()
+    assert graph.signature == build_graph(model.mod).signature
+    assert count_ops(graph.mod, "relax.call_tir") >= 3
+    # the same graph on a GPU, where each kernel launch costs microseconds: combined
+    _, gpu = plan_model(model.mod, "a100")
+    assert gpu.combine[0].combined

@@ -1,0 +1,169 @@
+"""Parallel matmuls (Q/K/V) combined where the planner's cost says it pays.
+
+Combining ``n`` matmuls that read one input into one wide matmul and a split
+(:mod:`tvm_fusion.simplify.parallel`) saves ``n - 1`` kernel calls and reads the input
+once, but the wide kernel's tiles and the split's readers differ from the narrow ones,
+so whether it pays depends on the target. The graph stage sits below the planner, so the
+decision is made here: for each group of parallel matmuls, the module is planned with
+that group combined (in the layout already chosen) and compared with the plan of the
+separate graph. The kernels the two plans do not share are the group's *affected*
+kernels; the combine is made when their predicted time drops by more than the planner's
+tie margin (``TIE_FRACTION`` of the separate time plus ``TIE_FLOOR_US``, as for a merge).
+
+Each decision, made or not, is a :class:`~tvm_fusion.plan.fusion_plan.CombinedMatmuls`
+in ``FusionPlan.combine`` with both predicted times, so ``plan`` prints it, ``--explain
+combine`` explains it, and :func:`graph_for_plan` rebuilds the graph the plan was made
+for (``compile``, ``jit``, ``tune`` against stored plans). A plan without the field
+combines nothing, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import tvm
+
+from ..errors import PlanError
+from ..graph import OpGraph
+from ..graph.op_graph import call_tir_bindings
+from ..simplify.parallel import ParallelMatmuls, combine_matmuls, parallel_matmuls
+from .cost_planner import TIE_FLOOR_US, TIE_FRACTION
+from .fusion_plan import CombinedMatmuls, FusionPlan
+from .layout import graph_in_layout
+from .op_info import node_name
+
+COMBINE_MODES = ("auto", "on", "off")
+"""``auto``: by predicted time (cost planner; the FuseOps baseline combines nothing, as
+stock TVM does not); ``on``: every group; ``off``: none."""
+
+
+def _group_key(graph: OpGraph, group) -> tuple:
+    """What makes two plans' kernels the same kernel: its nodes' kinds, shapes, work and
+    predicted time (op and node names shift when another part of the graph changes)."""
+    nodes = tuple((n.kind, n.shape, n.dtype, n.flops, n.bytes_read, n.bytes_written)
+                  for n in (graph.nodes[i] for i in group.nodes))
+    return nodes, round(group.est_us, 4)
+
+
+def _affected(graph_a, plan_a, graph_b, plan_b) -> tuple[list, list]:
+    """Kernels of plan ``a`` that ``b`` has not, and of ``b`` that ``a`` has not."""
+    keys_a = [_group_key(graph_a, g) for g in plan_a.groups]
+    keys_b = [_group_key(graph_b, g) for g in plan_b.groups]
+    left = Counter(keys_a) - Counter(keys_b)
+    right = Counter(keys_b) - Counter(keys_a)
+    only_a, only_b = [], []
+    for keys, plan, rest, out in ((keys_a, plan_a, left, only_a), (keys_b, plan_b, right, only_b)):
+        for k, g in zip(keys, plan.groups):
+            if rest[k] > 0:
+                rest[k] -= 1
+                out.append(g)
+    return only_a, only_b
+
+
+def _stable_names(graph: OpGraph, group: ParallelMatmuls) -> tuple[str, ...]:
+    """The matmuls' ``<op>#<id>`` names in ``graph`` (their Relax names if not found)."""
+    by_var: dict[str, str] = {}
+    for node, b in zip(graph.nodes, call_tir_bindings(graph.mod)):
+        by_var.setdefault(b.var.name, node_name(node))
+    return tuple(by_var.get(n, n) for n in group.names)
+
+
+def _margin(us: float) -> float:
+    return TIE_FRACTION * us + TIE_FLOOR_US
+
+
+def _decide(group, ops, only_sep, only_comb, mode: str) -> CombinedMatmuls:
+    sep_us = sum(g.est_us for g in only_sep)
+    comb_us = sum(g.est_us for g in only_comb)
+    saving, margin = sep_us - comb_us, _margin(sep_us)
+    pays = saving > margin
+    what = (f"{len(only_sep)} kernels {sep_us:.2f} us apart vs {len(only_comb)} "
+            f"{comb_us:.2f} us combined")
+    if mode == "on":
+        reason = f"forced (combine on); {what}"
+    elif pays:
+        reason = f"saves {saving:.2f} us, more than the model's error (+-{margin:.2f} us): {what}"
+    else:
+        reason = (f"saves {saving:.2f} us, not more than the model's error "
+                  f"(+-{margin:.2f} us): {what}")
+    return CombinedMatmuls(index=group.index, names=group.names, ops=ops,
+                           combined=pays or mode == "on", separate_us=sep_us,
+                           combined_us=comb_us, separate_kernels=len(only_sep),
+                           combined_kernels=len(only_comb), reason=reason)
+
+
+def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: FusionPlan, *,
+                   combine: str = "auto") -> tuple[OpGraph, FusionPlan]:
+    """Decide, for each group of parallel matmuls of ``mod``, whether to combine it.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The (simplified) module ``graph`` was built from.
+    hw : HardwareTarget
+    make_plan : callable
+        ``make_plan(graph, hw) -> FusionPlan``, the planner.
+    graph, plan :
+        The separate graph (in its chosen layout) and its plan.
+    combine : str
+        One of :data:`COMBINE_MODES`.
+
+    Returns
+    -------
+    (OpGraph, FusionPlan)
+        The graph with the chosen groups combined and its plan; ``plan.combine`` holds
+        every group's decision with both predicted times.
+    """
+    if combine not in COMBINE_MODES:
+        raise PlanError(f"unknown combine mode {combine!r}; expected one of "
+                        f"{', '.join(COMBINE_MODES)}")
+    groups = parallel_matmuls(mod)
+    if not groups or combine == "off":
+        return graph, plan
+    keep = {"layout": plan.layout, "layout_reason": plan.layout_reason}
+    decisions, trials = [], {}
+    for group in groups:
+        trial_mod, _ = combine_matmuls(mod, {group.index})
+        trial_graph = graph_in_layout(trial_mod, plan.layout)
+        trial = make_plan(trial_graph, hw)
+        only_sep, only_comb = _affected(graph, plan, trial_graph, trial)
+        decisions.append(_decide(group, _stable_names(graph, group), only_sep, only_comb,
+                                 combine))
+        trials[group.index] = (trial_graph, trial)
+    chosen = {d.index for d in decisions if d.combined}
+    if not chosen:
+        out_graph, out = graph, plan
+    elif len(chosen) == 1:
+        out_graph, out = trials[next(iter(chosen))]
+    else:
+        out_graph = graph_in_layout(combine_matmuls(mod, chosen)[0], plan.layout)
+        out = make_plan(out_graph, hw)
+    return out_graph, dataclasses.replace(out, combine=tuple(decisions), **keep)
+
+
+def module_for_plan(mod: tvm.IRModule, plan: FusionPlan) -> tvm.IRModule:
+    """``mod`` with the parallel matmuls ``plan`` combined, combined again.
+
+    Raises
+    ------
+    PlanError
+        The module has no such group (the plan was made for another graph).
+    """
+    chosen = [d for d in plan.combine if d.combined]
+    if not chosen:
+        return mod
+    have = {g.index: g for g in parallel_matmuls(mod)}
+    for d in chosen:
+        if d.index not in have or have[d.index].names != d.names:
+            raise PlanError(
+                f"the plan combines the parallel matmuls {', '.join(d.ops)} (Relax "
+                f"{', '.join(d.names)}), which this model does not have: the plan was made "
+                "for another graph; plan the model again (tvm-fusion plan MODEL)")
+    return combine_matmuls(mod, {d.index for d in chosen})[0]
+
+
+def graph_for_plan(mod: tvm.IRModule, plan: FusionPlan) -> OpGraph:
+    """The graph ``plan`` was made for: ``mod`` with its parallel matmuls combined as the
+    plan decided (``plan.combine``), in ``plan.layout``, legalized."""
+    return graph_in_layout(module_for_plan(mod, plan), plan.layout)
