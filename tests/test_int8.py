@@ -174,3 +174,19 @@ def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path):
     got = module(*inputs)
     got = got[0] if isinstance(got, (list, tuple)) else got
     np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])
+    # A deployment builds from the logs in a fresh process, where nothing has registered
+    # the intrinsic yet: its record must still replay (it was skipped as unreadable).
+    import subprocess
+    import sys
+
+    import onnx
+
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    code = ("import sys, warnings; warnings.simplefilter('error'); "
+            "from tvm_fusion import compile_model, import_model; "
+            "c = compile_model(import_model(sys.argv[1]), 'host', logs=sys.argv[2]); "
+            "print('untuned', len(c.untuned))")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.onnx"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "untuned 0" in run.stdout, run.stdout + run.stderr[-2000:]

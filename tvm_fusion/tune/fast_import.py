@@ -32,8 +32,12 @@ def _light_stack(context: int = 1):
 
 
 def import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` with the light stack (idempotent)."""
+    """Import ``tvm.s_tir.tensor_intrin`` with the light stack, and register ours
+    (:mod:`.vnni`), idempotent."""
     if "tvm.s_tir.tensor_intrin" in sys.modules:
+        from .vnni import register_vnni_intrin
+
+        register_vnni_intrin()
         return
     saved = inspect.stack
     inspect.stack = _light_stack
@@ -41,6 +45,9 @@ def import_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
     finally:
         inspect.stack = saved
+    from .vnni import register_vnni_intrin  # ours, which tuned int8 records name
+
+    register_vnni_intrin()
 
 
 def build_kernel(mod, target, _params):

@@ -391,7 +391,7 @@ class LogDatabase(PyDatabase):
                        "is missing or unreadable")
             return
         try:
-            rec = ms.database.TuningRecord.from_json(obj[1], wl)  # replays the trace
+            rec = _replay(obj[1], wl)
         except Exception as e:  # a trace that no longer applies raises a TVM error
             self._skip(RECORD_FILE, lineno, f"record does not replay: {_first_line(e)}")
             return
@@ -498,3 +498,18 @@ def write_database(path: Path, entries: list) -> None:
         os.replace(tmp[name], path / name)
     for name in tmp:
         (path / f"{name}.bak").unlink(missing_ok=True)
+
+
+def _replay(record_json, workload):
+    """``TuningRecord.from_json`` (which replays the trace); a trace that tensorizes needs
+    the tensor intrinsics registered, which a fresh process (a deployment building from
+    the logs) has not done yet: register them and replay once more."""
+    try:
+        return ms.database.TuningRecord.from_json(record_json, workload)
+    except Exception as e:  # noqa: BLE001 - re-raised unless it is the registry
+        if "TensorIntrin" not in str(e) or "not registered" not in str(e):
+            raise
+    from .fast_import import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    return ms.database.TuningRecord.from_json(record_json, workload)
