@@ -50,67 +50,19 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def _best_us(db) -> dict[str, float]:
-    """workload key -> mean us of its best measured record."""
-    from tvm_fusion.tune.logdb import is_measured
-
-    out = {}
-    for wl in db.workloads():
-        recs = [r for r in db.records_of(wl) if is_measured(r.run_secs)]
-        if recs:
-            secs = [float(s) for s in recs[0].run_secs]
-            out[db.workload_key(wl)] = sum(secs) / len(secs) * 1e6
-    return out
-
-
-def _graph_for(entry: dict, plan):
-    """The operator graph the stored plan was made for (simplified or not)."""
-    from tvm_fusion import build_graph
-    from tvm_fusion.model_spec import load_model_spec
-
-    shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
-    for simplify in (True, False):
-        model = load_model_spec(entry["source"], shapes or None, simplify=simplify)
-        graph = build_graph(model.mod)
-        if graph.signature == plan.graph_signature:
-            return graph
-    return None
-
-
 def kernel_rows(tdir: Path, models: list[str] | None = None) -> list[dict]:
-    """One row per measured kernel of every (selected) model in target dir ``tdir``."""
-    from tvm_fusion.logtools import _load
-    from tvm_fusion.plan import AnalyticalCostModel, FusionPlan
-    from tvm_fusion.plan.cost import CPU_CALL_US
-    from tvm_fusion.targets import load_target
+    """One row per measured kernel of every (selected) model in target dir ``tdir``
+    (the matching is :func:`tvm_fusion.costmodel.group_data.kernel_records`)."""
+    from tvm_fusion.costmodel.group_data import kernel_records
 
-    manifest = json.loads((tdir / "manifest.json").read_text())
-    hw = load_target(manifest["target"]["name"])
-    best = _best_us(_load(tdir))
     rows = []
-    for entry in manifest.get("models", {}).values():
-        name = Path(entry.get("source", "?")).stem
-        if models and name not in models and entry.get("source") not in models:
-            continue
-        plan = FusionPlan.from_json(entry["plan"])
-        graph = _graph_for(entry, plan)
-        if graph is None:
-            print(f"# {name}: the stored plan's graph is not this tvm-fusion's import of "
-                  "the model; skipped", file=sys.stderr)
-            continue
-        cm = AnalyticalCostModel(graph, hw)
-        vm_call = 0.0 if hw.family != "cpu" else (
-            CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us)
-        kernels = entry.get("kernels", {})
-        for g in plan.groups:
-            key = kernels.get(g.name, {}).get("workload")
-            if key not in best:
-                continue
-            cost = cm.group_cost(g.nodes)
-            pred, meas = cost.total_us - vm_call, best[key]
-            rows.append({"model": name, "target": hw.name, "kernel": g.name,
-                         "ops": len(g.nodes), "pred_us": pred, "meas_us": meas,
-                         "ratio": max(pred / meas, meas / pred), "bound": cost.bound})
+    for rec in kernel_records(tdir, models):
+        cost = rec.cost_model.group_cost(rec.nodes)
+        pred, meas = rec.analytical_us, rec.meas_us
+        rows.append({"model": rec.model, "target": rec.cost_model.hw.name,
+                     "kernel": rec.kernel, "ops": len(rec.nodes), "pred_us": pred,
+                     "meas_us": meas, "ratio": max(pred / meas, meas / pred),
+                     "bound": cost.bound})
     return rows
 
 
@@ -124,12 +76,6 @@ def summary(rows: list[dict]) -> dict:
             "kernels": len(rows)}
 
 
-def _target_dirs(root: Path) -> list[Path]:
-    if (root / "manifest.json").exists():
-        return [root]
-    return sorted(p.parent for p in root.glob("*/manifest.json"))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--logs", required=True, type=Path,
@@ -137,7 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", action="append",
                     help="only this model (its source name: embedded, minilm-l3, ...)")
     args = ap.parse_args(argv)
-    dirs = _target_dirs(args.logs) if args.logs.is_dir() else []
+    from tvm_fusion.costmodel.group_data import target_dirs
+
+    dirs = target_dirs(args.logs) if args.logs.is_dir() else []
     if not dirs:
         print(f"error: --logs {args.logs}: no manifest.json in it or in its subdirectories; "
               "pass a tuning-log directory written by `tvm-fusion tune`", file=sys.stderr)

@@ -130,14 +130,15 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    group_model = cost_model_cli.group_model_of(args.group_model)  # before the import
     model = _model_from_args(args)
     graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
-                             combine=args.combine)
+                             combine=args.combine, group_model=group_model)
     if model.simplified is not None:
         print(model.simplified.summary())
     print(plan.summary())
     if args.planner != "fuseops":
-        base = plan_fusion(graph, args.target, planner="fuseops")
+        base = plan_fusion(graph, args.target, planner="fuseops", group_model=group_model)
         diff = plan.differences(base)
         print(f"\ndifferences from TVM FuseOps' rules ({base.est_us:.1f} us predicted, "
               f"{len(base.groups)} kernels): {len(diff) or 'none'}")
@@ -389,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
                          "an op name (every node of that op)")
     _add_layout_arg(pl)
+    cost_model_cli.add_group_model_flag(pl)
     pl.set_defaults(func=cmd_plan)
 
     tu = sub.add_parser("tune", help="tune the model's kernels and append records to logs",

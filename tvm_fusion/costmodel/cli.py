@@ -144,6 +144,63 @@ def add_parser(sub) -> None:
     ev.set_defaults(func=cmd_eval)
 
 
+    gm = sub.add_parser("train-group-model", help="train the learned group-latency model "
+                        "the planner can price kernels with",
+                        description="Pair every measured kernel of the logs with its plan "
+                                    "group and fit log(measured / analytical) with XGBoost. "
+                                    "Writes FILE (.json or .ubj) and FILE.meta.json. Use it "
+                                    "with `plan --group-model FILE`.")
+    gm.add_argument("--logs", nargs="+", required=True, metavar="DIR",
+                    help="tuning-log target directories written by `tvm-fusion tune`, or "
+                         "directories of them")
+    gm.add_argument("-o", "--output", required=True, metavar="FILE",
+                    help="model file to write, .json or .ubj")
+    gm.add_argument("--rounds", type=int, default=None,
+                    help="boosting rounds (default: the model's default)")
+    gm.set_defaults(func=cmd_train_group_model)
+
+
+def cmd_train_group_model(args) -> int:
+    """``tvm-fusion train-group-model --logs DIR... -o FILE``."""
+    from .group_data import kernel_records, target_dirs
+    from .group_model import ROUNDS, train_group_model
+
+    out = Path(args.output)
+    if out.suffix not in (".json", ".ubj") or not out.parent.is_dir():
+        raise CostModelError(f"-o {out}: expected a .json or .ubj file in an existing "
+                             "directory")
+    dirs = [t for d in args.logs for t in target_dirs(Path(d))]
+    if not dirs:
+        raise CostModelError(f"--logs {' '.join(args.logs)}: no manifest.json in them or "
+                             "their subdirectories; pass directories written by "
+                             "`tvm-fusion tune`")
+    records = [r for t in dirs for r in kernel_records(t)]
+    model = train_group_model(records, rounds=args.rounds or ROUNDS)
+    model.save(out)
+    for t in model.meta["targets"].values():
+        print(f"{t['name']}: {t['records']} measured kernels")
+    print(f"group model written to {out} (use it as `plan --group-model {out}`)")
+    return 0
+
+
+def add_group_model_flag(p: argparse.ArgumentParser) -> None:
+    """The ``--group-model`` flag of ``plan``."""
+    p.add_argument("--group-model", metavar="FILE|none", default="none",
+                   help="price the kernels with a learned group-latency model "
+                        "(`train-group-model`) where it has enough records of the target, "
+                        "the analytical model elsewhere; the plan's reasons say which. "
+                        "none (default): the analytical model alone")
+
+
+def group_model_of(value: str | None):
+    """The group model ``--group-model`` names (None for ``none``)."""
+    if value in (None, "none"):
+        return None
+    from .group_model import load_group_model
+
+    return load_group_model(value)
+
+
 def add_tune_flag(p: argparse.ArgumentParser) -> None:
     """The ``--cost-model`` flag of ``tune``."""
     p.add_argument("--cost-model", metavar="MODEL|auto|none", default="auto",

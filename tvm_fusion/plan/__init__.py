@@ -19,12 +19,18 @@ from .layout import LAYOUTS, choose_layout, graph_in_layout
 PLANNERS = ("fuseops", "cost")
 
 
-def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
-    """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`)."""
+def make_plan(graph, hw, planner: str = "cost", *, group_model=None) -> FusionPlan:
+    """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`).
+
+    ``group_model``: a learned group-latency model (anything with ``cost_model(graph, hw)``
+    returning the planner's cost seam, e.g. :class:`tvm_fusion.costmodel.group_model.
+    GroupModel`) that prices the groups; None: the analytical model.
+    """
+    cost_model = group_model.cost_model(graph, hw) if group_model is not None else None
     if planner == "fuseops":
-        plan = describe_plan(graph, hw, plan_fuseops(graph, hw))
+        plan = describe_plan(graph, hw, plan_fuseops(graph, hw), cost_model=cost_model)
     elif planner == "cost":
-        plan = plan_cost(graph, hw)
+        plan = plan_cost(graph, hw, cost_model=cost_model)
     else:
         raise PlanError(f"unknown planner {planner!r}; expected one of {', '.join(PLANNERS)}")
     edges = tuple((i, n.id) for n in graph.nodes for i in dict.fromkeys(n.inputs))
@@ -32,11 +38,12 @@ def make_plan(graph, hw, planner: str = "cost") -> FusionPlan:
 
 
 def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
-               combine: str = "auto"):
+               combine: str = "auto", group_model=None):
     """Choose the convolutions' layout of module ``mod`` on ``hw`` (``layout``: ``auto``,
     ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it;
     then combine the parallel matmuls (Q/K/V) whose combined plan is predicted faster
-    (``combine``: ``auto``, ``on``, ``off``; :mod:`~tvm_fusion.plan.combine`).
+    (``combine``: ``auto``, ``on``, ``off``; :mod:`~tvm_fusion.plan.combine`);
+    ``group_model``: as :func:`make_plan`.
 
     Returns
     -------
@@ -45,7 +52,7 @@ def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
         and the plan).
     """
     hw = as_target(hw)
-    make = lambda g, h: make_plan(g, h, planner)  # noqa: E731
+    make = lambda g, h: make_plan(g, h, planner, group_model=group_model)  # noqa: E731
     graph, plan = choose_layout(mod, hw, make, layout=layout)
     if planner != "cost" and combine == "auto":  # the baseline is stock TVM's graph
         return graph, plan
@@ -53,7 +60,7 @@ def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
-                planner: str = "cost") -> FusionPlan:
+                planner: str = "cost", group_model=None) -> FusionPlan:
     """Partition ``graph``'s operators into kernels for ``target``.
 
     Parameters
@@ -65,6 +72,8 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     planner : str
         ``"cost"`` (default): the hardware-aware planner, by predicted time on
         ``target``. ``"fuseops"``: TVM's own FuseOps partition, the baseline.
+    group_model : optional
+        A learned group-latency model to price the kernels with (see :func:`make_plan`).
 
     Returns
     -------
@@ -72,7 +81,7 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
         Groups of operators, each with its stable op names, predicted time and the
         reason for it (``plan.explain(op)`` answers why an op was or was not fused).
     """
-    return make_plan(graph, as_target(target), planner)
+    return make_plan(graph, as_target(target), planner, group_model=group_model)
 
 __all__ = ["COMBINE_MODES", "AnalyticalCostModel", "CombinedMatmuls", "FusedGroup",
            "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS", "PlanComparison",

@@ -640,15 +640,21 @@ def decision_terms(fused: GroupCost, parts: list[GroupCost]) -> dict[str, float]
     parallelism (negative when fusing recomputes). ``DRAM traffic``: the rest of the
     roofline saving, sum(max(compute_us, memory_us)) of the parts minus the fused one's,
     less the compute term. ``parallelism``: what dividing by the parallel fractions adds
-    on top. The four add up to the total saving; a negative term is a cost of fusing.
+    on top. ``learned``, where a learned model priced a kernel: its times' departure
+    from the analytical ones. The terms add up to the total saving; a negative term is a
+    cost of fusing.
     """
     roof = sum(p.roofline_us for p in parts) - fused.roofline_us
     comp = sum(p.compute_us for p in parts) - fused.compute_us
     scaled = sum(p.roofline_us / p.parallel_fraction for p in parts) - (
         fused.roofline_us / fused.parallel_fraction)
-    return {
+    terms = {
         "launch overhead": sum(p.launch_us for p in parts) - fused.launch_us,
         "DRAM traffic": roof - comp,
         "compute": comp,
         "parallelism": scaled - roof,
     }
+    if any(c.source.startswith("learned") for c in (fused, *parts)):
+        saving = sum(p.total_us for p in parts) - fused.total_us
+        terms["learned"] = saving - sum(terms.values())
+    return terms

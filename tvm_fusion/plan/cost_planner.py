@@ -59,7 +59,8 @@ class CostPlanner:
         self.model = cost_model or AnalyticalCostModel(graph, hw, self.infos)
         # the rules need the analytical model's facts even when a learned model costs
         self.rules = (self.model if isinstance(self.model, AnalyticalCostModel)
-                      else AnalyticalCostModel(graph, hw, self.infos))
+                      else getattr(self.model, "analytical", None)
+                      or AnalyticalCostModel(graph, hw, self.infos))
         self.gg = GroupGraph(graph)
         self._fuseops = None
 
@@ -223,7 +224,8 @@ class CostPlanner:
         for _ in range(MAX_ROUNDS):
             if not self.priority_fusion() + self.local_search():
                 break
-        if not isinstance(self.model, AnalyticalCostModel):  # needs private results
+        if not (isinstance(self.model, AnalyticalCostModel)  # needs private results
+                or getattr(self.model, "prices_private", False)):
             return self.describe(planner="cost")
         groups, dups = duplicate_producers(self, self.gg.groups())
         return self.describe(planner="cost", groups=groups, duplications=dups)
@@ -319,6 +321,8 @@ class CostPlanner:
                     for r in near[:2])) if near else "alone: no operator to fuse with"
             for d in mine:
                 reason += f"; {d.note(self.graph)}"
+            if fused.source != "analytical":  # a learned model priced it (or declined)
+                reason += f"; {fused.source}"
             if any(self.graph.nodes[n].kind == "gemm" and is_int8(self.rules.operand_dtype(n))
                    for n in nodes):
                 reason += f"; {int8_note(self.hw)}"
@@ -379,13 +383,14 @@ def plan_cost(graph: OpGraph, hw, *, cost_model=None) -> FusionPlan:
     return CostPlanner(graph, hw, cost_model=cost_model).plan()
 
 
-def describe_plan(graph: OpGraph, hw, plan: FusionPlan) -> FusionPlan:
-    """``plan``'s partition with ops, predicted times and reasons from the cost model.
+def describe_plan(graph: OpGraph, hw, plan: FusionPlan, *, cost_model=None) -> FusionPlan:
+    """``plan``'s partition with ops, predicted times and reasons from the cost model
+    (``cost_model``: as :func:`plan_cost`).
 
     Used for FuseOps-rule plans, so they can be compared with cost plans; the planner
     name and the rule-based reasons of multi-op groups are kept.
     """
-    planner = CostPlanner(graph, hw)
+    planner = CostPlanner(graph, hw, cost_model=cost_model)
     planner.gg = GroupGraph(graph, [g.nodes for g in plan.groups])
     described = {frozenset(g.nodes): g for g in planner.describe(planner=plan.planner).groups}
     groups = []

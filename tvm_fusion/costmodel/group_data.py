@@ -1,0 +1,149 @@
+"""Measured kernels of the tuning logs, matched to the plan groups they were tuned for.
+
+A tuning-log target directory (``manifest.json`` plus MetaSchedule's JSONL files) keeps,
+per model, the plan it was tuned with and, per kernel of that plan, the workload key of
+its task. :func:`kernel_records` re-imports each model with its recorded input shapes,
+rebuilds the operator graph the stored plan was made for, and pairs every plan group
+with the best verified measured time of its workload. ``benchmarks/planner_accuracy.py``
+prints these; :mod:`.group_model` trains on them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TvmFusionError
+from ..logtools import _load
+from ..plan import AnalyticalCostModel, FusionPlan
+from ..plan.cost import CPU_CALL_US
+from ..targets import load_target
+from ..tune.logdb import is_measured
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRecord:
+    """One plan group with a measured record.
+
+    Attributes
+    ----------
+    model : str
+        The model's source name (``minilm-l3``, a file's stem).
+    kernel : str
+        The group's kernel name in the plan.
+    nodes : tuple of int
+        The group's node ids in ``cost_model.graph``.
+    meas_us : float
+        Mean run time of the best measured record of its workload (the kernel alone).
+    cost_model : AnalyticalCostModel
+        The analytical model of the graph on the logs' target (``cost_model.hw``).
+    logs : str
+        The target directory the record came from.
+    """
+
+    model: str
+    kernel: str
+    nodes: tuple[int, ...]
+    meas_us: float
+    cost_model: AnalyticalCostModel
+    logs: str
+
+    @property
+    def analytical_us(self) -> float:
+        """The analytical model's time of the kernel alone, as the runner measures it."""
+        return kernel_us(self.cost_model.group_cost(self.nodes).total_us, self.cost_model.hw)
+
+
+def vm_call_us(hw) -> float:
+    """The Relax VM's call of a kernel, which MetaSchedule's runner does not time: CPUs
+    pay it per kernel (``call_overhead_us``, else ``CPU_CALL_US``); 0 on GPUs, whose
+    launches the runner's timings include."""
+    if hw.family != "cpu":
+        return 0.0
+    return CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us
+
+
+def kernel_us(total_us: float, hw) -> float:
+    """A planner ``total_us`` less the VM call: what the runner measures (>= 1 ns)."""
+    return max(total_us - vm_call_us(hw), 1e-3)
+
+
+def best_measured_us(db) -> dict[str, float]:
+    """workload key -> mean us of its best verified measured record."""
+    out = {}
+    for wl in db.workloads():
+        recs = [r for r in db.records_of(wl) if is_measured(r.run_secs)]
+        if recs:
+            secs = [float(s) for s in recs[0].run_secs]
+            out[db.workload_key(wl)] = sum(secs) / len(secs) * 1e6
+    return out
+
+
+def _graph_for(entry: dict, plan):
+    """The operator graph the stored plan was made for (simplified or not)."""
+    from ..model_spec import load_model_spec
+    from ..plan import graph_for_plan
+
+    shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
+    for simplify in (True, False):
+        try:
+            model = load_model_spec(entry["source"], shapes or None, simplify=simplify)
+        except TvmFusionError:  # a model file since moved, a name of another session
+            return None
+        graph = graph_for_plan(model.mod, plan)
+        if graph.signature == plan.graph_signature:
+            return graph
+    return None
+
+
+def target_dirs(root: Path) -> list[Path]:
+    """``root`` if it is a tuning-log target directory, else its subdirectories that are."""
+    root = Path(root)
+    if (root / "manifest.json").exists():
+        return [root]
+    return sorted(p.parent for p in root.glob("*/manifest.json"))
+
+
+def model_name(source: str) -> str:
+    """The model's name: the zoo name of a zoo model's file (``minilm-l3`` for
+    ``paraphrase-MiniLM-L3-v2.onnx``), else the source's stem."""
+    from ..zoo import ZOO
+
+    stem = Path(source).stem
+    for z in ZOO.values():
+        if stem in (z.name, Path(z.member).stem):
+            return z.name
+    return stem
+
+
+def kernel_records(tdir: Path, models: list[str] | None = None) -> list[KernelRecord]:
+    """Every measured kernel of every (selected) model in target directory ``tdir``.
+
+    A model whose stored plan does not match this tvm-fusion's import of it is skipped
+    with a line on stderr.
+    """
+    tdir = Path(tdir)
+    manifest = json.loads((tdir / "manifest.json").read_text())
+    hw = load_target(manifest["target"]["name"])
+    best = best_measured_us(_load(tdir))
+    out = []
+    for entry in manifest.get("models", {}).values():
+        name = model_name(entry.get("source", "?"))
+        if models and name not in models and entry.get("source") not in models:
+            continue
+        plan = FusionPlan.from_json(entry["plan"])
+        graph = _graph_for(entry, plan)
+        if graph is None:
+            print(f"# {name}: the model cannot be re-imported, or the stored plan's graph "
+                  "is not this tvm-fusion's import of it; skipped", file=sys.stderr)
+            continue
+        cm = AnalyticalCostModel(graph, hw)
+        kernels = entry.get("kernels", {})
+        for g in plan.groups:
+            key = kernels.get(g.name, {}).get("workload")
+            if key in best:
+                out.append(KernelRecord(model=name, kernel=g.name, nodes=tuple(g.nodes),
+                                        meas_us=best[key], cost_model=cm, logs=str(tdir)))
+    return out
