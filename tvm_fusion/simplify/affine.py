@@ -12,10 +12,17 @@ A value is folded only when the op is its single reader, so no work is duplicate
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from tvm import relax
 
-from .block import BlockRewriter, const_value, op_name, shape_of
+from .block import BlockRewriter, const_value, op_name, shape_of, single_block
+
+FOLDED_BN = "bn_folded"
+"""Name of the bias add a batch norm (or a per-channel scale and shift, which is what a
+batch norm is at inference) folded into: the planner's pattern library reads it as
+``BN`` (``Conv-BN-ReLU``), not as a plain ``Bias``."""
 
 _CONVS = frozenset({"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d",
                     "relax.nn.conv2d_transpose"})
@@ -99,6 +106,7 @@ class AffineFolder(BlockRewriter):
         self.forms: dict = {}
         self.ops = 0
         self.chains: set = set()  # ids of the original gemms that took folded ops
+        self.scaled: set = set()  # chains that took a per-channel scale: a batch norm
 
     def rewrite(self, var, value):
         op = op_name(value)
@@ -117,6 +125,8 @@ class AffineFolder(BlockRewriter):
         if form is None:
             return None
         gvar, g, bias, chain = form
+        if re.fullmatch(rf"{FOLDED_BN}\d*", x.name):  # a batch norm folded before
+            self.scaled.add(chain)
         shape = shape_of(self.subst(x))
         s = channel_vector(c, shape, g.out_axis)
         if s is None or s.dtype != g.weight.dtype or (op == "relax.divide" and not s.all()):
@@ -128,6 +138,8 @@ class AffineFolder(BlockRewriter):
             if bias is not None:
                 bias = bias * s if op == "relax.multiply" else bias / s
             self._count(chain)
+            if s.size > 1 and not np.all(s == s[0]):
+                self.scaled.add(chain)
         else:
             step = s if op == "relax.add" else -s
             if bias is not None:  # a bias add already there: this one vanishes into it
@@ -146,7 +158,8 @@ class AffineFolder(BlockRewriter):
         bshape = [1] * len(shape)
         bshape[g.out_axis] = -1
         const = relax.const(bias.reshape(bshape).astype(g.weight.dtype))
-        out = self.emit(relax.op.add(gvar, const), var.name)
+        out = self.emit(relax.op.add(gvar, const),
+                        FOLDED_BN if chain in self.scaled else var.name)
         self.forms[out] = (gvar, g, bias, chain)
         return out
 
@@ -175,3 +188,32 @@ class AffineFolder(BlockRewriter):
         gvar = self.emit(gemm.call, var.name)
         self.forms[gvar] = (gvar, gemm, None, gvar)
         return gvar
+
+
+class _Renamer(BlockRewriter):
+    def __init__(self, mod, names):
+        super().__init__(mod)
+        self.names = names
+
+    def _emit(self, old_var, new):
+        return self.emit(new, self.names.get(old_var, old_var.name))
+
+
+def name_folded_batch_norms(before, after):
+    """``after`` (``before`` through TVM's FoldBatchnormToConv2D) with the bias adds the
+    batch norms became named :data:`FOLDED_BN`: the pass names each after the batch
+    norm's result it replaces."""
+    results = set()
+    for block in before["main"].body.blocks:
+        bns = {b.var for b in block.bindings if op_name(b.value) == "relax.nn.batch_norm"}
+        results |= {b.var.name for b in block.bindings
+                    if isinstance(b.value, relax.TupleGetItem) and b.value.index == 0
+                    and b.value.tuple_value in bns}
+    if not results or single_block(after["main"]) is None:
+        return after
+    block = single_block(after["main"])
+    convs = {b.var for b in block.bindings if op_name(b.value) in _CONVS}
+    names = {b.var: FOLDED_BN for b in block.bindings
+             if op_name(b.value) == "relax.add" and b.var.name in results
+             and b.value.args[0] in convs}
+    return _Renamer(after, names).run() if names else after

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .affine import AffineFolder
+from .affine import AffineFolder, name_folded_batch_norms
 from .block import count_ops, single_block
 from .casts import CastEliminator
 from .fold import fold_constants
@@ -64,7 +64,7 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
     counts["int8_gemms"] = qdq.convs + qdq.matmuls
     if affine:
         n = count_ops(mod, "relax.nn.batch_norm")
-        mod = relax.transform.FoldBatchnormToConv2D()(mod)
+        mod = name_folded_batch_norms(mod, relax.transform.FoldBatchnormToConv2D()(mod))
         counts["batch_norms_folded"] = n - count_ops(mod, "relax.nn.batch_norm")
     # Batch norms left (after a conv bias, a matmul...) become constant Sub/Mul/Add chains
     # the affine folder takes; legalization would decompose them anyway.
