@@ -200,3 +200,84 @@ def test_prepacking_is_for_cpu_targets():
     assert resolve_prepack(None, None, tf.load_target("host"), where="logs") is True
     with pytest.raises(LogError, match="for CPU targets"):
         resolve_prepack(True, None, gpu, where="logs")
+
+
+# ---- the per-kernel table of the prepacked build (benchmarks/kernel_table.py), on the
+# tuned module above: no tuning of its own
+
+@pytest.fixture(scope="module")
+def ktable(tuned, tmp_path_factory):
+    from benchmarks import kernel_table
+
+    out = tmp_path_factory.mktemp("ktable") / "table.json"
+    rc = kernel_table.main(["--model", str(tuned["onnx"]), "--logs", str(tuned["packed"]),
+                            "--runs", "3", "--out", str(out), "--gemm-n", "512",
+                            "--copy-mb", "8"])
+    assert rc == 0
+    from benchmarks.ort_nodes import named
+
+    # the table names unnamed ONNX nodes as ORT's profile does (Conv_0, Relu_1, ...)
+    nodes = {n.op_type: n.name for n in named(tuned["model"].onnx_model).graph.node}
+    return {"table": json.loads(out.read_text()), "nodes": nodes,
+            "rows": {r["kernel"]: r for r in json.loads(out.read_text())["kernels"]}}
+
+
+def test_kernel_table_has_every_kernel_of_the_built_module(tuned, ktable):
+    from benchmarks.systems import called_kernels
+
+    compiled = tf.compile_model(tuned["model"], "host", logs=tuned["packed"])
+    rows = ktable["rows"]
+    assert set(called_kernels(compiled.executable)) <= {n for n, r in rows.items()
+                                                       if r["called"]}
+    assert {g.name for g in compiled.plan.groups} <= set(rows)
+    assert {r["status"] for r in rows.values()} <= {"tuned", "untuned", "predicted"}
+    assert rows["matmul"]["status"] == "tuned"  # recorded (test above)
+    assert ktable["table"]["prepack"] is True
+    assert ktable["table"]["max_rel_error_vs_ort"] <= 1e-4
+
+
+def test_kernel_table_maps_ort_nodes_to_the_kernels_of_the_same_onnx_nodes(ktable):
+    rows, nodes = ktable["rows"], ktable["nodes"]
+    conv = next(r for r in rows.values() if any(o.startswith("conv2d") for o in r["ops"]))
+    gemm = rows["matmul"]
+    assert {nodes["Conv"], nodes["Relu"]} <= set(conv["onnx_nodes"])
+    assert nodes["MatMul"] in gemm["onnx_nodes"] and nodes["Conv"] not in gemm["onnx_nodes"]
+    # ORT runs Conv+Relu as one node: it stands for this kernel's ONNX nodes, never the
+    # matmul's; the matmul's ORT node stands for the MatMul
+    for row, other in ((conv, nodes["MatMul"]), (gemm, nodes["Conv"])):
+        stands = {o for names in row["ort"]["stands_for"].values() for o in names}
+        assert stands and stands <= set(row["onnx_nodes"]) and other not in stands, row["ort"]
+    assert nodes["MatMul"] in {o for v in gemm["ort"]["stands_for"].values() for o in v}
+    assert ktable["table"]["ort"]["unmapped_nodes"] == []
+    assert ktable["table"]["anchors_matched"] == 2
+
+
+def test_kernel_table_numbers_are_positive(ktable):
+    t = ktable["table"]
+    assert t["machine"]["peak_gflops"] > 0 and t["machine"]["bandwidth_gbs"] > 0
+    called = [r for r in t["kernels"] if r["called"]]
+    assert len(called) >= 2
+    for r in called:
+        assert r["us"] > 0 and r["bytes"] > 0 and r["lags_because"], r
+        assert r["alone_us"] is not None and r["alone_us"] > 0, r
+        assert r["ort"]["us"] > 0 and r["ort"]["ratio"] > 0, r
+        if any(op.startswith(("conv2d", "matmul")) for op in r["ops"]):
+            assert r["flops"] > 0 and r["gflops"] > 0 and r["peak_pct"] > 0
+    assert [r["us"] for r in t["kernels"]] == sorted((r["us"] for r in t["kernels"]),
+                                                     reverse=True)
+
+
+def test_kernel_table_json_round_trips_and_markdown_lists_the_slowest(ktable):
+    from benchmarks import kernel_table
+
+    t = ktable["table"]
+    assert json.loads(json.dumps(t)) == t
+    md = kernel_table.markdown(t, top=2).splitlines()
+    assert len(md) == 2 + 2 and md[2].startswith(f"| {t['kernels'][0]['kernel']} |")
+
+
+def test_kernel_table_without_tuning_logs_exits_2(tmp_path, capsys):
+    from benchmarks import kernel_table
+
+    assert kernel_table.main(["--model", "embedded", "--logs", str(tmp_path)]) == 2
+    assert "no tuning logs" in capsys.readouterr().err
