@@ -4,7 +4,8 @@ model, evaluated leave-one-model-out against the analytical model.
 Every measured kernel of the log directories (each a tuning-log target directory or a
 directory of them; :func:`tvm_fusion.costmodel.group_data.kernel_records`) is a record.
 For each model, a group model is trained on the records of every other model and
-predicts the held-out model's kernels; the table prints, per held-out model, the
+predicts the held-out model's kernels; the table prints, per held-out model and target
+(``train``: the training records of that target's hardware), the
 Spearman rank correlation and the median error (median of max(pred/meas, meas/pred),
 as ``benchmarks/planner_accuracy.py``) of the analytical and the learned times. A
 held-out kernel whose target the training data lacks, or whose size lies outside the
@@ -47,23 +48,25 @@ def leave_one_model_out(records: list, *, rounds: int | None = None) -> list[dic
 
     rows = []
     for model in dict.fromkeys(r.model for r in records):
-        test = [r for r in records if r.model == model]
+        held = [r for r in records if r.model == model]
         train = [r for r in records if r.model != model]
         if not train:
             continue
         gm = train_group_model(train, rounds=rounds or ROUNDS)
-        x = feature_matrix(test)
-        ratio = np.exp(gm.log_ratio(x))
-        analytical = [r.analytical_us for r in test]
-        learned, thin = [], 0
-        for r, a, k in zip(test, analytical, ratio):
-            why = gm.thin(r.cost_model.hw, group_features(r.cost_model, r.nodes))
-            thin += why is not None
-            learned.append(a if why else a * float(k))
-        meas = [r.meas_us for r in test]
-        rows.append({"model": model, "kernels": len(test), "train": len(train),
-                     "thin": thin, "analytical": _scores(analytical, meas),
-                     "learned": _scores(learned, meas)})
+        for target in dict.fromkeys(r.cost_model.hw.name for r in held):
+            test = [r for r in held if r.cost_model.hw.name == target]
+            ratio = np.exp(gm.log_ratio(feature_matrix(test)))
+            analytical = [r.analytical_us for r in test]
+            learned, thin = [], 0
+            for r, a, k in zip(test, analytical, ratio):
+                why = gm.thin(r.cost_model.hw, group_features(r.cost_model, r.nodes))
+                thin += why is not None
+                learned.append(a if why else a * float(k))
+            meas = [r.meas_us for r in test]
+            rows.append({"model": model, "target": target, "kernels": len(test),
+                         "train": gm.records_for(test[0].cost_model.hw), "thin": thin,
+                         "analytical": _scores(analytical, meas),
+                         "learned": _scores(learned, meas)})
     return rows
 
 
@@ -85,11 +88,11 @@ def main(argv=None) -> int:
     models = sorted({r.model for r in records})
     print(f"# {len(records)} measured kernels of {len(models)} models: {', '.join(models)}")
     rows = leave_one_model_out(records, rounds=args.rounds)
-    print(f"{'held-out model':<26} {'kernels':>7} {'train':>5} {'thin':>4} "
+    print(f"{'held-out model':<18} {'target':<9} {'kernels':>7} {'train':>5} {'thin':>4} "
           f"{'analytical rho':>14} {'err':>6} {'learned rho':>11} {'err':>6}")
     for r in rows:
         a, lr = r["analytical"], r["learned"]
-        print(f"{r['model']:<26} {r['kernels']:>7} {r['train']:>5} {r['thin']:>4} "
+        print(f"{r['model']:<18} {r['target']:<9} {r['kernels']:>7} {r['train']:>5} {r['thin']:>4} "
               f"{a['spearman']:>14.3f} {a['median_error']:>6.2f} "
               f"{lr['spearman']:>11.3f} {lr['median_error']:>6.2f}")
     if args.output:

@@ -11,7 +11,10 @@ only the kernels they group differently differ. Outputs are checked against ONNX
 then both modules are timed interleaved (``benchmarks.timing.interleave``).
 
 RUN_DIR is a ``benchmarks.run`` output directory holding
-``work/<model>/tvm-fusion-logs-fuseops`` and ``work/<model>/tvm-fusion-logs-cost``.
+``work/<model>/tvm-fusion-logs-fuseops`` and ``work/<model>/tvm-fusion-logs-cost``, and
+optionally ``work/<model>/tvm-fusion-logs-learned`` (a plan priced by a learned group
+model, ``plan --group-model``): then the three plans are compiled from the union of the
+three runs' records and timed side by side.
 Writes ``same-records.json`` there.
 """
 
@@ -28,6 +31,9 @@ from pathlib import Path
 from .timing import interleave
 
 TOLERANCE = 1e-4
+# the plans compared; ``learned`` (a plan priced by a learned group model, tuned into
+# work/<model>/tvm-fusion-logs-learned) only where that directory exists
+KINDS = ("fuseops", "cost", "learned")
 
 
 @dataclass
@@ -53,7 +59,8 @@ def compare(run_dir: Path, name: str, *, rounds: int) -> dict:
 
     model = import_model(zoo.fetch(name), zoo.ZOO[name].shapes)
     work = run_dir / "work" / name
-    logs = {kind: work / f"tvm-fusion-logs-{kind}" for kind in ("fuseops", "cost")}
+    logs = {kind: work / f"tvm-fusion-logs-{kind}" for kind in KINDS
+            if kind != "learned" or (work / f"tvm-fusion-logs-{kind}").is_dir()}
     merged = Path(tempfile.mkdtemp(prefix="tvm-fusion-same-records-")) / "logs"
     merge(list(logs.values()), merged)
     inputs = random_inputs(model.inputs, seed=0)
@@ -79,6 +86,8 @@ def compare(run_dir: Path, name: str, *, rounds: int) -> dict:
         out["plans"][row.name]["median_ms"] = statistics.median(row.times_ms)
     ms = {k: v["median_ms"] for k, v in out["plans"].items()}
     out["fuseops_over_cost"] = ms["fuseops"] / ms["cost"]
+    if "learned" in ms:
+        out["learned_over_cost"] = ms["learned"] / ms["cost"]
     return out
 
 
@@ -98,6 +107,11 @@ def main(argv=None) -> None:
               f"{f['untuned']} untuned), cost plan {c['median_ms']:.4f} ms ({c['kernels']} "
               f"kernels, {c['untuned']} untuned): FuseOps / cost {r['fuseops_over_cost']:.3f}",
               flush=True)
+        if "learned" in r["plans"]:
+            lp = r["plans"]["learned"]
+            print(f"{name}: learned plan {lp['median_ms']:.4f} ms ({lp['kernels']} kernels, "
+                  f"{lp['untuned']} untuned): learned / cost {r['learned_over_cost']:.3f}",
+                  flush=True)
         results.append(r)
     (args.run_dir / "same-records.json").write_text(json.dumps(results, indent=1) + "\n")
 

@@ -137,3 +137,13 @@ def test_cli_trains_and_plans_with_it(tmp_path, capsys):
     assert "train-group-model" in capsys.readouterr().err
     assert main(["train-group-model", "--logs", str(LOGS), "-o", str(tmp_path / "m.pkl")]) == 2
     assert "-o" in capsys.readouterr().err
+
+
+def test_auto_finds_the_environment_s_model_or_none(records, tmp_path, monkeypatch):
+    from tvm_fusion.costmodel.cli import group_model_of
+
+    path = train_group_model(records).save(tmp_path / "gm.ubj")
+    monkeypatch.setenv("TVM_FUSION_GROUP_MODEL", str(path))
+    assert group_model_of("auto").meta["kernels"] == 3
+    monkeypatch.setenv("TVM_FUSION_GROUP_MODEL", "none")
+    assert group_model_of("auto") is None and group_model_of("none") is None

@@ -165,6 +165,7 @@ def cmd_tune(args) -> int:
     report = tune(model, args.target, trials=args.trials or 0, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
                   cost_model=args.cost_model, search_space=args.search_space,
+                  group_model=cost_model_cli.group_model_of(args.group_model),
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
                   measure="none" if args.dry_run else "device", layout=args.layout,
                   prepack=args.prepack, combine=args.combine)
@@ -428,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="device key the RPC servers registered with "
                          "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
     cost_model_cli.add_tune_flag(tu)
+    cost_model_cli.add_group_model_flag(tu)
     _add_layout_arg(tu)
     _add_prepack_flag(tu, "let each CPU kernel read its constant weights in the layout its "
                       "schedule wants, packed once at compile (default on for CPU targets, "

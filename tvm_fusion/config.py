@@ -42,6 +42,10 @@ COST_MODEL = Knob(
     name="TVM_FUSION_COST_MODEL", default=None,
     meaning="what tune(cost_model='auto') uses: 'none' (MetaSchedule's own model) or a "
             "saved model's path; unset: the model shipped for the target's hardware")
+GROUP_MODEL = Knob(
+    name="TVM_FUSION_GROUP_MODEL", default=None,
+    meaning="what --group-model auto uses: 'none' (the analytical model) or a saved group "
+            "model's path; unset: tuning_logs/group_model.json where one is shipped")
 NVCC = Knob(
     name="TVM_FUSION_NVCC", default=None,
     meaning="path of nvcc for the CUDA resource checks; unset: nvcc on PATH, else "
@@ -53,4 +57,5 @@ NB_ROUNDS = Knob(
     name="TVM_FUSION_NB_ROUNDS", default="200",
     meaning="boosting rounds of the cost model the third notebook trains (tests: 50)")
 
-KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, NVCC, NB_TRIALS, NB_ROUNDS)
+KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC, NB_TRIALS,
+                           NB_ROUNDS)

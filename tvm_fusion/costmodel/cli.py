@@ -184,21 +184,27 @@ def cmd_train_group_model(args) -> int:
 
 
 def add_group_model_flag(p: argparse.ArgumentParser) -> None:
-    """The ``--group-model`` flag of ``plan``."""
-    p.add_argument("--group-model", metavar="FILE|none", default="none",
-                   help="price the kernels with a learned group-latency model "
-                        "(`train-group-model`) where it has enough records of the target, "
-                        "the analytical model elsewhere; the plan's reasons say which. "
-                        "none (default): the analytical model alone")
+    """The ``--group-model`` flag of ``plan`` and ``tune``."""
+    p.add_argument("--group-model", metavar="FILE|auto|none", default="none",
+                   help="price the kernels of a fresh plan with a learned group-latency "
+                        "model (`train-group-model`) where it has enough records of the "
+                        "target, the analytical model elsewhere; the plan's reasons say "
+                        "which. auto: $TVM_FUSION_GROUP_MODEL, else the model shipped in "
+                        "tuning_logs/group_model.json, else none. none (default; "
+                        "leave-one-model-out on this machine's records does not yet favour "
+                        "the learned times: benchmarks/group_model.py): the analytical model")
 
 
 def group_model_of(value: str | None):
-    """The group model ``--group-model`` names (None for ``none``)."""
+    """The group model ``--group-model`` names (None for ``none``, or ``auto`` with no
+    model to find)."""
     if value in (None, "none"):
         return None
-    from .group_model import load_group_model
+    from .group_model import find_group_model, load_group_model
 
-    return load_group_model(value)
+    if value == "auto":
+        value = find_group_model()
+    return None if value is None else load_group_model(value)
 
 
 def add_tune_flag(p: argparse.ArgumentParser) -> None:

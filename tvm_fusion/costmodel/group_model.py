@@ -230,6 +230,19 @@ def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
     return GroupModel(booster=booster, meta=meta)
 
 
+def find_group_model() -> str | None:
+    """``--group-model auto``: ``$TVM_FUSION_GROUP_MODEL`` (``none`` turns it off), else
+    the shipped ``tuning_logs/group_model.json`` where there is one, else None."""
+    from ..config import GROUP_MODEL
+    from ..data import shipped_logs_dir
+
+    env = GROUP_MODEL.get()
+    if env:
+        return None if env == "none" else env
+    shipped = shipped_logs_dir() / "group_model.json"
+    return str(shipped) if shipped.is_file() else None
+
+
 def load_group_model(path: str | os.PathLike) -> GroupModel:
     """Read a group model and its sidecar; a wrong schema or feature list is an error."""
     path = Path(path)

@@ -100,7 +100,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
          measure: str = "device", layout: str = "auto",
-         prepack: bool | None = None, combine: str = "auto") -> TuneReport:
+         prepack: bool | None = None, combine: str = "auto",
+         group_model=None) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -128,6 +129,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Parallel matmuls (Q/K/V) of a fresh plan: ``auto`` (combined where the plan is
         predicted faster), ``on``, ``off`` (:mod:`~tvm_fusion.plan.combine`); a stored
         plan keeps its own.
+    group_model : optional
+        A learned group-latency model pricing the kernels of a fresh plan
+        (:func:`~tvm_fusion.costmodel.group_model.load_group_model`); a stored plan keeps
+        its own.
     progress : bool
         Draw a progress bar on stderr.
     seed : int
@@ -202,7 +207,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if plan is None and entry is not None:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
-        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine)
+        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine,
+                                 group_model=group_model)
     else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
     continued = entry if entry is not None and entry["plan"]["hash"] == plan.hash else None
