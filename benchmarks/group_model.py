@@ -2,7 +2,8 @@
 model, evaluated leave-one-model-out against the analytical model.
 
 Every measured kernel of the log directories (each a tuning-log target directory or a
-directory of them; :func:`tvm_fusion.costmodel.group_data.kernel_records`) is a record.
+directory of them; :func:`tvm_fusion.costmodel.group_data.kernel_records`) tuned with at
+least ``MIN_TRIALS_PER_KERNEL`` trials per kernel is a record.
 For each model, a group model is trained on the records of every other model and
 predicts the held-out model's kernels; the table prints, per held-out model and target
 (``train``: the training records of that target's hardware), the
@@ -84,9 +85,14 @@ def main(argv=None) -> int:
               "directories written by `tvm-fusion tune`", file=sys.stderr)
         return 2
     warnings.simplefilter("ignore")
-    records = records_of(args.logs)
+    from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL, tuned
+
+    measured = records_of(args.logs)
+    records = tuned(measured)
     models = sorted({r.model for r in records})
-    print(f"# {len(records)} measured kernels of {len(models)} models: {', '.join(models)}")
+    print(f"# {len(records)} tuned kernels of {len(models)} models: {', '.join(models)} "
+          f"({len(measured) - len(records)} measured kernels of logs with fewer than "
+          f"{MIN_TRIALS_PER_KERNEL:g} trials per kernel left out)")
     rows = leave_one_model_out(records, rounds=args.rounds)
     print(f"{'held-out model':<18} {'target':<9} {'kernels':>7} {'train':>5} {'thin':>4} "
           f"{'analytical rho':>14} {'err':>6} {'learned rho':>11} {'err':>6}")

@@ -75,6 +75,16 @@ def test_a_model_of_another_schema_is_refused(records, tmp_path):
         load_group_model(tmp_path / "missing.json")
 
 
+def test_records_of_logs_without_a_real_budget_are_not_trained_on(records):
+    assert {r.trials_per_kernel for r in records} == {8.0}  # 40 trials, 5 kernels
+    half = [dataclasses.replace(r, trials_per_kernel=0.5) if i else r
+            for i, r in enumerate(records)]
+    gm = train_group_model(half, min_records=1)
+    assert gm.meta["kernels"] == 1 and gm.meta["untuned_skipped"] == 2
+    with pytest.raises(CostModelError, match="fewer than 4 trials per kernel"):
+        train_group_model(half[1:])
+
+
 def test_the_planner_differs_from_the_analytical_one_only_through_the_times(records, graph):
     hw = load_target("x86_zen4")
     analytical = plan_cost(graph, hw)

@@ -41,6 +41,9 @@ class KernelRecord:
         The analytical model of the graph on the logs' target (``cost_model.hw``).
     logs : str
         The target directory the record came from.
+    trials_per_kernel : float
+        The model's tuning budget in those logs: its trials / its kernels (a kernel
+        measured once or never is not tuned).
     """
 
     model: str
@@ -49,6 +52,7 @@ class KernelRecord:
     meas_us: float
     cost_model: AnalyticalCostModel
     logs: str
+    trials_per_kernel: float = 0.0
 
     @property
     def analytical_us(self) -> float:
@@ -141,9 +145,11 @@ def kernel_records(tdir: Path, models: list[str] | None = None) -> list[KernelRe
             continue
         cm = AnalyticalCostModel(graph, hw)
         kernels = entry.get("kernels", {})
+        budget = float(entry.get("trials", 0)) / max(len(kernels), 1)
         for g in plan.groups:
             key = kernels.get(g.name, {}).get("workload")
             if key in best:
                 out.append(KernelRecord(model=name, kernel=g.name, nodes=tuple(g.nodes),
-                                        meas_us=best[key], cost_model=cm, logs=str(tdir)))
+                                        meas_us=best[key], cost_model=cm, logs=str(tdir),
+                                        trials_per_kernel=budget))
     return out

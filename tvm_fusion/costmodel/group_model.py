@@ -7,6 +7,8 @@ dtype, the analytical model's own terms) and the target's (peaks, bandwidth, lau
 call overheads, vector width, cores). A learned time is ``analytical * exp(prediction)``,
 on the kernel's time as the runner measures it (the VM's call added back on CPUs).
 
+Training uses the records of logs tuned with at least ``MIN_TRIALS_PER_KERNEL`` trials per
+kernel (fewer measure random schedules, not tuned ones).
 Where the data is thin the analytical time stands alone, and the cost says why:
 no records of the target's hardware (its hardware hash), fewer than ``MIN_RECORDS``, or a
 group whose size features lie more than ``RANGE_FACTOR`` beyond the training range.
@@ -42,6 +44,9 @@ SCHEMA = "tvm-fusion/group-model"
 FEATURE_VERSION = 1
 MIN_RECORDS = 20     # measured kernels of a target before its learned times are used
 RANGE_FACTOR = 2.0   # a size feature this far outside the training range: analytical
+# Trials per kernel a model's logs need before their records count as tuned latencies: a
+# 16-trial run of a 28-kernel model measured most kernels once, at a random schedule
+MIN_TRIALS_PER_KERNEL = 4.0
 # Shallow, strongly regularized trees: tens of records per model, and a prediction of 0
 # (the analytical time) where the leaves have little data.
 PARAMS = {"objective": "reg:squarederror", "eta": 0.1, "max_depth": 3,
@@ -196,6 +201,11 @@ class LearnedCostModel:
         return self._cache[key]
 
 
+def tuned(records: list[KernelRecord]) -> list[KernelRecord]:
+    """The records of logs tuned with at least ``MIN_TRIALS_PER_KERNEL`` trials a kernel."""
+    return [r for r in records if r.trials_per_kernel >= MIN_TRIALS_PER_KERNEL]
+
+
 def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
                       min_records: int = MIN_RECORDS) -> GroupModel:
     """Fit the log-ratio model on measured kernels (:func:`.group_data.kernel_records`).
@@ -203,9 +213,13 @@ def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
     ``min_records``: measured kernels a target needs before its learned times are used
     (stored in the sidecar).
     """
+    measured = len(records)
+    records = tuned(records)
     if not records:
-        raise CostModelError("no measured kernels to train a group model on; pass --logs "
-                             "directories that `tvm-fusion tune` measured into")
+        raise CostModelError(f"no tuned kernels to train a group model on ({measured} "
+                             f"measured, all in logs with fewer than "
+                             f"{MIN_TRIALS_PER_KERNEL:g} trials per kernel); pass --logs "
+                             "directories that `tvm-fusion tune` tuned with a real budget")
     x = feature_matrix(records)
     y = np.array([math.log(r.meas_us / r.analytical_us) for r in records])
     booster = xgb.train(PARAMS, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)),
@@ -224,7 +238,8 @@ def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
             "targets": targets,
             "ranges": {k: [float(cols[k].min()), float(cols[k].max())] for k in RANGE_FEATURES},
             "provenance": sorted({(r.logs, r.model) for r in records}),
-            "kernels": len(records)}
+            "kernels": len(records), "untuned_skipped": measured - len(records),
+            "min_trials_per_kernel": MIN_TRIALS_PER_KERNEL}
     meta["provenance"] = [{"logs": d, "model": m, "kernels": sum(
         1 for r in records if (r.logs, r.model) == (d, m))} for d, m in meta["provenance"]]
     return GroupModel(booster=booster, meta=meta)
