@@ -46,7 +46,13 @@ def small():
 
 def test_small_qkv_is_combined_and_matches_onnxruntime_with_the_promised_kernels(small, tmp_path):
     onnx_model, model = small
-    assert [g.names for g in parallel_matmuls(model.mod)] and parallel_matmuls(model.mod)[0].bias
+    (group,) = parallel_matmuls(model.mod)
+    assert group.bias and group.widths == (16, 16, 16)
+    # the rewrite's promise: one matmul and one bias add where there were three of each
+    combined, merged = combine_matmuls(model.mod)
+    assert merged == 2 and count_ops(model.mod, "relax.matmul") == 3
+    assert (count_ops(combined, "relax.matmul"), count_ops(combined, "relax.add"),
+            count_ops(combined, "relax.split")) == (1, 1, 1)
     separate = plan_fusion(build_graph(model.mod), TARGET)
     graph, plan = plan_model(model.mod, TARGET)
     (d,) = plan.combine

@@ -259,6 +259,17 @@ def test_common_subexpressions_merge_and_report_reads_as_a_sentence():
         r.identity_casts = 0  # frozen
 
 
+def test_dead_ops_are_removed_exactly():
+    # an op whose result nothing reads (an exporter's leftover) is not computed
+    nodes = [_n("Relu", ["x"], ["out"]), _n("Sigmoid", ["x"], ["unused"]),
+             _n("Exp", ["unused"], ["unused2"])]
+    model = _model(nodes, [_vi("x", [3, 4])], [_vi("out", [3, 4])])
+    imported = _check(model, exact=True)
+    before = count_ops(imported.unsimplified.mod)  # the importer may drop some itself
+    assert imported.simplified.dead_ops == before - 1 >= 1
+    assert count_ops(imported.mod) == 1
+
+
 def test_simplify_off_keeps_graph_and_hash_changes_only_when_graph_does():
     cast = _model([_n("Cast", ["x"], ["c"], to=F), _n("Relu", ["c"], ["out"])],
                   [_vi("x", [3, 4])], [_vi("out", [3, 4])])
