@@ -30,10 +30,12 @@ from benchmarks.planner_accuracy import spearman
 
 
 def records_of(dirs: list[Path]) -> list:
-    """Every measured kernel of the (target directories under) ``dirs``."""
+    """Every tuned kernel of the (target directories under) ``dirs``."""
     from tvm_fusion.costmodel.group_data import kernel_records, target_dirs
+    from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL
 
-    return [r for d in dirs for t in target_dirs(d) for r in kernel_records(t)]
+    return [r for d in dirs for t in target_dirs(d)
+            for r in kernel_records(t, min_trials_per_kernel=MIN_TRIALS_PER_KERNEL)]
 
 
 def _scores(pred, meas) -> dict:
@@ -85,14 +87,13 @@ def main(argv=None) -> int:
               "directories written by `tvm-fusion tune`", file=sys.stderr)
         return 2
     warnings.simplefilter("ignore")
-    from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL, tuned
+    from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL
 
-    measured = records_of(args.logs)
-    records = tuned(measured)
+    records = records_of(args.logs)
     models = sorted({r.model for r in records})
     print(f"# {len(records)} tuned kernels of {len(models)} models: {', '.join(models)} "
-          f"({len(measured) - len(records)} measured kernels of logs with fewer than "
-          f"{MIN_TRIALS_PER_KERNEL:g} trials per kernel left out)")
+          f"(models of logs with fewer than {MIN_TRIALS_PER_KERNEL:g} trials per kernel "
+          "left out)")
     rows = leave_one_model_out(records, rounds=args.rounds)
     print(f"{'held-out model':<18} {'target':<9} {'kernels':>7} {'train':>5} {'thin':>4} "
           f"{'analytical rho':>14} {'err':>6} {'learned rho':>11} {'err':>6}")

@@ -174,7 +174,7 @@ def cmd_train_group_model(args) -> int:
         raise CostModelError(f"--logs {' '.join(args.logs)}: no manifest.json in them or "
                              "their subdirectories; pass directories written by "
                              "`tvm-fusion tune`")
-    records = [r for t in dirs for r in kernel_records(t)]
+    records = [r for t in dirs for r in kernel_records(t)]  # untuned ones: counted
     model = train_group_model(records, rounds=args.rounds or ROUNDS)
     model.save(out)
     for t in model.meta["targets"].values():

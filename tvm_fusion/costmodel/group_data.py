@@ -85,15 +85,26 @@ def best_measured_us(db) -> dict[str, float]:
     return out
 
 
+_GRAPHS: dict[tuple, object] = {}  # (source, shapes, plan's graph signature) -> graph
+
+
 def _graph_for(entry: dict, plan):
-    """The operator graph the stored plan was made for (simplified or not)."""
+    """The operator graph the stored plan was made for (simplified or not); one import
+    per model and plan signature in a process (a model tuned into several log dirs)."""
+    shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
+    key = (entry["source"], tuple(shapes), plan.graph_signature)
+    if key not in _GRAPHS:
+        _GRAPHS[key] = _import_graph(entry["source"], shapes, plan)
+    return _GRAPHS[key]
+
+
+def _import_graph(source: str, shapes: list[str], plan):
     from ..model_spec import load_model_spec
     from ..plan import graph_for_plan
 
-    shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
     for simplify in (True, False):
         try:
-            model = load_model_spec(entry["source"], shapes or None, simplify=simplify)
+            model = load_model_spec(source, shapes or None, simplify=simplify)
         except TvmFusionError:  # a model file since moved, a name of another session
             return None
         graph = graph_for_plan(model.mod, plan)
@@ -122,8 +133,10 @@ def model_name(source: str) -> str:
     return stem
 
 
-def kernel_records(tdir: Path, models: list[str] | None = None) -> list[KernelRecord]:
-    """Every measured kernel of every (selected) model in target directory ``tdir``.
+def kernel_records(tdir: Path, models: list[str] | None = None, *,
+                   min_trials_per_kernel: float = 0.0) -> list[KernelRecord]:
+    """Every measured kernel of every (selected) model in target directory ``tdir``
+    (of models tuned with at least ``min_trials_per_kernel`` trials per kernel).
 
     A model whose stored plan does not match this tvm-fusion's import of it is skipped
     with a line on stderr.
@@ -137,6 +150,10 @@ def kernel_records(tdir: Path, models: list[str] | None = None) -> list[KernelRe
         name = model_name(entry.get("source", "?"))
         if models and name not in models and entry.get("source") not in models:
             continue
+        kernels = entry.get("kernels", {})
+        budget = float(entry.get("trials", 0)) / max(len(kernels), 1)
+        if budget < min_trials_per_kernel:
+            continue
         plan = FusionPlan.from_json(entry["plan"])
         graph = _graph_for(entry, plan)
         if graph is None:
@@ -144,8 +161,6 @@ def kernel_records(tdir: Path, models: list[str] | None = None) -> list[KernelRe
                   "is not this tvm-fusion's import of it; skipped", file=sys.stderr)
             continue
         cm = AnalyticalCostModel(graph, hw)
-        kernels = entry.get("kernels", {})
-        budget = float(entry.get("trials", 0)) / max(len(kernels), 1)
         for g in plan.groups:
             key = kernels.get(g.name, {}).get("workload")
             if key in best:
