@@ -190,3 +190,23 @@ def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "untuned 0" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("rows", [16, 7])  # a 4-row tile; rows that only 1 divides
+def test_untuned_int8_gemm_gets_vnni_by_default(rows, tmp_path):
+    """Without a record an int8 GEMM is not a scalar loop (250x slower) but VNNI
+    (tune/vnni.py's default schedule), bit-exact against ONNX Runtime."""
+    from tvm_fusion import load_target
+
+    if not {"avx512_vnni"} & set(load_target("host").features):
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    proto = oc.u8_matmul_integer(rows=rows, k=64, n=96)
+    model = import_model(proto)
+    compiled = compile_model(model, "host")
+    assert compiled.untuned
+    assert "vpdpbusd" in _asm(compiled.executable)
+    module = load_module(compiled.export(tmp_path / "vnni.so"))
+    inputs = random_inputs(model.inputs, seed=3)
+    got = module(*inputs)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])

@@ -1,7 +1,7 @@
 """The schedule of a kernel without a tuning record, and records applied to a module.
 
-A CPU kernel is built as it is (LLVM lowers the unscheduled loops); a GPU kernel needs
-bound threads, which dlight's default rules give it. :func:`default_schedule` is that
+A CPU kernel is built as it is (LLVM lowers the unscheduled loops), except an int8 GEMM,
+which gets VNNI; a GPU kernel needs bound threads, which dlight's default rules give it. :func:`default_schedule` is that
 choice, the one ``compile``, tune's verification and the offline bundle all use.
 """
 
@@ -11,7 +11,10 @@ import tvm
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
+from tvm.target.codegen import target_has_features
+
 from ..tune.fast_import import import_tensor_intrinsics
+from ..tune.vnni import PACKED_BLOCK, schedule_packed_vnni
 from .int8 import PackedInt8Dp4a
 from .tir_check import check_func
 
@@ -19,12 +22,34 @@ from .tir_check import check_func
 def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None) -> tvm.IRModule:
     """``mod`` with every unscheduled PrimFunc given what ``compile`` uses without a record.
 
-    On an LLVM (CPU) target that is the kernel itself; on a GPU target,
-    :func:`default_gpu_schedule` (within ``hw``'s limits, when given).
+    On an LLVM (CPU) target, :func:`default_cpu_schedule` (the kernel itself, but for
+    int8 GEMMs on VNNI); on a GPU target, :func:`default_gpu_schedule` (within ``hw``'s
+    limits, when given).
     """
     if str(target.kind.name) == "llvm":
-        return mod
+        return default_cpu_schedule(mod, target)
     return default_gpu_schedule(mod, target, hw)
+
+
+def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """``mod`` with its unscheduled packed int8 GEMMs on VNNI where ``target`` has
+    ``avx512_vnni`` (:func:`tvm_fusion.tune.vnni.schedule_packed_vnni`: unscheduled, such
+    a kernel is a scalar loop ~250x slower); every other kernel as it is, which LLVM
+    lowers as written. ``mod`` itself when nothing changed."""
+    if not target_has_features("avx512vnni", target):
+        return mod
+    updated = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and not _is_scheduled(func) \
+                and PACKED_BLOCK in str(func):
+            scheduled = schedule_packed_vnni(func)
+            if scheduled is not None:
+                updated[gv] = scheduled
+    if not updated:
+        return mod
+    funcs = dict(mod.functions.items())
+    funcs.update(updated)
+    return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
