@@ -253,8 +253,37 @@ def test_tune_for_a_gpu_this_machine_lacks_is_refused_before_tuning(tmp_path):
     assert not list(tmp_path.rglob("database_tuning_record.json"))  # nothing measured
 
 
+def _mlp_head(path: Path) -> Path:
+    """The embedded model's MLP head alone (Gemm-SiLU, Gemm, Softmax: 3 kernels, not 7).
+
+    A dry run searches every kernel with the cost model, so the conv kernels cost most of
+    it; the head keeps a pick the limits accept (Gemm-SiLU, Softmax) and one they turn
+    down (the 10-wide Gemm: 10 threads per block is not a multiple of a warp).
+    """
+    import onnx
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 16)).astype("float32") / 4, "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(64).astype("float32") / 10, "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((10, 64)).astype("float32") / 8, "w2")
+    b2 = numpy_helper.from_array(rng.standard_normal(10).astype("float32") / 10, "b2")
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+             helper.make_node("Sigmoid", ["h"], ["s"]),
+             helper.make_node("Mul", ["h", "s"], ["silu"]),
+             helper.make_node("Gemm", ["silu", "w2", "b2"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "mlp_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])], [w1, b1, w2, b2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
 @needs_nvcc
-def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(embedded, tmp_path):
+def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(tmp_path):
     """``tune --dry-run`` for a GPU this machine lacks: cost-model picks, nvcc-checked,
     marked predicted and unmeasured in the log; ``compile`` applies them and says so."""
     import json
@@ -266,14 +295,16 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(embedded, tmp_p
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a CUDA GPU: a dry run would verify there")
-    proc = _cli("tune", "embedded", "--target", "a100", "--dry-run", "--logs", tmp_path)
+    head = _mlp_head(tmp_path / "head.onnx")
+    logs = tmp_path / "logs"
+    proc = _cli("tune", head, "--target", "a100", "--dry-run", "--logs", logs)
     assert proc.returncode == 2 and "none ships for 'a100'" in proc.stderr  # no model
     model = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
-    proc = _cli("tune", "embedded", "--target", "a100", "--dry-run", "--logs", tmp_path,
-                "--quiet", "--cost-model", model, timeout=1800)  # ~1 min on a quiet machine
+    proc = _cli("tune", head, "--target", "a100", "--dry-run", "--logs", logs,
+                "--quiet", "--cost-model", model, timeout=1800)  # ~20 s on a quiet machine
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "not run: no device here" in proc.stdout
-    tdir = tmp_path / "a100"
+    tdir = logs / "a100"
     (entry,) = json.loads((tdir / "manifest.json").read_text())["models"].values()
     predicted = entry["predicted"]
     assert len(predicted) >= 2, proc.stdout
@@ -286,17 +317,20 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(embedded, tmp_p
     assert all([float(s) for s in r.run_secs] == [PREDICTED_RUN_S] for r in records)
     # the picks are what the kernels are built from, and every one is within A100's limits
     plan = tf.FusionPlan.from_json(entry["plan"])
-    kernels = {k.name: k for k in build_cuda_kernels(embedded, "a100", plan=plan, database=db)}
+    imported = tf.import_model(str(head))
+    kernels = {k.name: k for k in build_cuda_kernels(imported, "a100", plan=plan, database=db)}
     for name in predicted:
         assert kernels[name].schedule == "record" and not kernels[name].violations, name
     # candidates turned down are kept with their reason
-    for row in map(json.loads, (tdir / "rejected.jsonl").read_text().splitlines()):
+    rejected = [json.loads(ln) for ln in (tdir / "rejected.jsonl").read_text().splitlines()]
+    assert rejected  # the 10-wide Gemm's picks bind 10 threads
+    for row in rejected:
         assert row["source"] == "cost-model pick" and row["error"]
-    proc = _cli("logs", "show", tmp_path)  # the placeholder time is never shown as one
+    proc = _cli("logs", "show", logs)  # the placeholder time is never shown as one
     assert f"({len(predicted)} best picked by --dry-run, not measured)" in proc.stdout
     assert "100000000.00" not in proc.stdout
     out = tmp_path / "m.so"
-    proc = _cli("compile", "embedded", "--target", "a100", "--logs", tmp_path, "-o", out)
+    proc = _cli("compile", head, "--target", "a100", "--logs", logs, "-o", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(predicted)} kernels use a schedule picked by the cost model" in proc.stdout
     assert all(name in proc.stdout for name in predicted)
