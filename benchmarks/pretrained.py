@@ -113,6 +113,9 @@ def parse_args(argv):
     p.add_argument("--ms-builder-timeout", type=float, default=180.0,
                    help="LocalBuilder timeout for stock MetaSchedule, s (TVM's default, 30, "
                         "is shorter than its workers' start-up here: every build times out)")
+    p.add_argument("--ms-population", type=int, default=None,
+                   help="stock MetaSchedule's evolutionary search population (default "
+                        "MetaSchedule's 512; the smoke tests use a small one)")
     args = p.parse_args(argv)
     if args.model not in model_registry.NAMES:
         p.error(f"unknown model {args.model!r}; known: {', '.join(model_registry.NAMES)}")
@@ -208,7 +211,7 @@ def ms_row(key: str, label: str, per_task: int | None, total: int, ctx: Context,
     def prepare(_ctx, r: Row):
         sub = Context(model=ctx.model, inputs=ctx.inputs, hw=ctx.hw, trials=total,
                       work=ctx.work / key, logs=None, ms_builder_timeout=ctx.ms_builder_timeout,
-                      ms_per_task=per_task)
+                      ms_per_task=per_task, ms_population=ctx.ms_population)
         return prepare_metaschedule(sub, r)
 
     return row, prepare
@@ -478,7 +481,7 @@ def main(argv=None) -> int:
         + ", ".join(f"{b} x {n_tasks} = {b * n_tasks}" for b in budgets))
     work = out / "work" / args.model
     ctx = Context(model=model, inputs=inputs, hw=hw, trials=0, work=work, logs=None,
-                  ms_builder_timeout=args.ms_builder_timeout)
+                  ms_builder_timeout=args.ms_builder_timeout, ms_population=args.ms_population)
 
     results = {
         "schema": "tvm-fusion/benchmarks-pretrained", "version": 1,
@@ -494,7 +497,8 @@ def main(argv=None) -> int:
                      "no_pretrained_row": args.no_pretrained_row,
                      "cost_model": str(cost_model_path), "n_tasks": n_tasks,
                      "rounds": args.rounds, "slot_ms": args.slot_ms,
-                     "ms_builder_timeout": args.ms_builder_timeout, "tolerance": TOL},
+                     "ms_builder_timeout": args.ms_builder_timeout,
+                     "ms_population": args.ms_population, "tolerance": TOL},
         "cost_model_holdout": holdout, "warnings": warnings,
     }
 

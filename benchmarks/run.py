@@ -63,6 +63,9 @@ def parse_args(argv):
     p.add_argument("--ms-builder-timeout", type=float, default=180.0,
                    help="LocalBuilder timeout for stock MetaSchedule, s (TVM's default, 30, is "
                         "shorter than its workers' start-up here: every build times out)")
+    p.add_argument("--ms-population", type=int, default=None,
+                   help="stock MetaSchedule's evolutionary search population (default "
+                        "MetaSchedule's 512; the smoke tests use a small one)")
     p.add_argument("--peak-gflops", type=float, default=None,
                    help="use this fp32 peak (GFLOP/s) for the floor instead of the one measured")
     p.add_argument("--bandwidth-gbs", type=float, default=None,
@@ -137,7 +140,8 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
         f"{entry['floor_ms']:.4f} ms")
     ctx = Context(model=model, inputs=inputs, hw=hw, trials=args.trials,
                   work=out / "work" / name, logs=args.logs,
-                  ms_builder_timeout=args.ms_builder_timeout, resume=args.resume)
+                  ms_builder_timeout=args.ms_builder_timeout, resume=args.resume,
+                  ms_population=args.ms_population)
     names = labels(args.trials)
     rows = [Row(key, names[key]) for key in KEYS]
 
@@ -241,7 +245,8 @@ def main(argv=None) -> int:
         "command": "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine,
         "settings": {"trials": args.trials, "rounds": args.rounds, "slot_ms": args.slot_ms,
-                     "ms_builder_timeout": args.ms_builder_timeout, "target": hw.name,
+                     "ms_builder_timeout": args.ms_builder_timeout,
+                     "ms_population": args.ms_population, "target": hw.name,
                      "logs": str(args.logs) if args.logs else None,
                      "systems": args.system_keys},
         "models": [],

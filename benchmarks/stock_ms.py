@@ -10,7 +10,9 @@ signature), and ``max_trials_per_task`` set to the per-task budget with ``total_
 that budget times the task count, so every task is tuned (by default MetaSchedule spends
 its whole budget 64 trials at a time on the first few tasks). One knob is turned, and
 reported: the LocalBuilder
-timeout (``--ms-builder-timeout``). MetaSchedule's default builder function imports
+timeout (``--ms-builder-timeout``); the smoke tests turn a second, also reported, to
+keep stock MetaSchedule's search within seconds per task: its evolutionary search's
+population (``--ms-population``, default MetaSchedule's 512). MetaSchedule's default builder function imports
 ``tvm.s_tir.tensor_intrin`` inside each build job, and its pool starts fresh workers
 for every batch, so the first job of every worker pays that import: 25-60 s on a
 2-core machine, longer than the builder's default 30 s timeout. As shipped, every
@@ -51,6 +53,33 @@ def patched_builder_timeout(seconds: float | None):
 
 
 @contextlib.contextmanager
+def patched_population(size: int | None):
+    """Give MetaSchedule's ``SearchStrategy.create("evolutionary")`` a population size.
+
+    Its default, 512 random samples evolved 4 times per batch, is most of a small task's
+    tuning time (8-25 s per task on 2 cores, even at one trial per task).
+    """
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+    original = SearchStrategy.__dict__["create"]
+    if size is None:
+        yield
+        return
+
+    def create(kind="evolutionary", *args, **kwargs):
+        if kind == "evolutionary":
+            kwargs.setdefault("population_size", int(size))
+            kwargs.setdefault("init_min_unmeasured", min(int(size), 50))
+        return original.__func__(kind, *args, **kwargs)
+
+    SearchStrategy.create = staticmethod(create)
+    try:
+        yield
+    finally:
+        SearchStrategy.create = original
+
+
+@contextlib.contextmanager
 def quiet_console():
     """MetaSchedule prints its task table to stdout after every batch; keep it in its logs."""
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
@@ -73,7 +102,7 @@ def count_tasks(mod, target) -> int:
 
 def tune_and_build(mod, target, work_dir: Path, trials: int, *,
                    builder_timeout: float | None, per_task: int | None = None,
-                   prepack: bool | None = None):
+                   prepack: bool | None = None, population: int | None = None):
     """Tune with the stock pipeline, then build with ``relax.build``'s default pipeline.
 
     Parameters
@@ -85,6 +114,8 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     prepack : bool, optional
         ``cpu_weight_prepack``; default on for LLVM targets. Applying an earlier
         database (``trials=0``) needs the setting it was tuned with.
+    population : int, optional
+        The evolutionary search's population size; default MetaSchedule's (512).
 
     Returns
     -------
@@ -109,7 +140,8 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
                                   work_dir=str(work_dir), total_trials=trials,
                                   cpu_weight_prepack=prepack, max_trials_per_task=per_task)
     t0 = time.monotonic()
-    with patched_builder_timeout(builder_timeout), quiet_console():
+    with patched_builder_timeout(builder_timeout), patched_population(population), \
+            quiet_console():
         tuned = pipeline(mod)
     tune_s = time.monotonic() - t0
     t0 = time.monotonic()
@@ -119,7 +151,8 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
                  for gv, f in tuned.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
     facts = {"tune_s": tune_s, "compile_s": compile_s, "scheduled": scheduled,
              "work_dir": str(work_dir), "builder_timeout_s": builder_timeout,
-             "prepack": prepack, "per_task": per_task, "tasks": n_tasks}
+             "prepack": prepack, "per_task": per_task, "tasks": n_tasks,
+             "population": population}
     facts.update(database_stats(work_dir))
     notes = [f"cpu_weight_prepack={prepack}, max_trials_per_task={per_task} over {n_tasks} "
              "tasks",
@@ -130,6 +163,8 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     notes.append(f"{facts['batches']} builder batches, each starting fresh workers that "
                  "import tvm.s_tir.tensor_intrin (builder timeout "
                  f"{builder_timeout or 30:.0f} s)")
+    if population is not None:
+        notes.append(f"evolutionary search population {population} (MetaSchedule's: 512)")
     facts["notes"] = notes
     return executable, facts
 

@@ -101,6 +101,7 @@ class Context:
     resume: bool = False             # --resume: keep tvm-fusion logs of an earlier run
     ms_per_task: int | None = None   # stock MetaSchedule's max_trials_per_task (default:
                                      # an even share of ``trials`` over its tasks)
+    ms_population: int | None = None  # stock MetaSchedule's search population (default 512)
 
 
 def short_reason(err: BaseException) -> str:
@@ -383,7 +384,8 @@ def prepare_metaschedule(ctx: Context, row: Row):
     executable, facts = tune_and_build(ctx.model.imported.mod, ctx.hw.tvm_target(),
                                        _fresh(ctx.work / "metaschedule"), ctx.trials,
                                        builder_timeout=ctx.ms_builder_timeout,
-                                       per_task=ctx.ms_per_task)
+                                       per_task=ctx.ms_per_task,
+                                       population=ctx.ms_population)
     row.tune_s, row.compile_s = facts.pop("tune_s"), facts.pop("compile_s")
     scheduled = facts.pop("scheduled")
     called = called_kernels(executable)

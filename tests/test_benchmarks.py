@@ -24,6 +24,10 @@ if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
 from benchmarks.report import COLUMNS, JSON_NAME, MD_NAME, PNG_NAME  # noqa: E402
 from benchmarks.systems import FROM_LOGS, FUSION, KEYS, MS, ORT, PLAIN, TORCH, labels  # noqa: E402
 TRIALS = 4
+# Stock MetaSchedule's evolutionary search samples and evolves 512 schedules per task even
+# for one trial (8-25 s a task here, most of both smokes' time); 16 keeps its search, its
+# pipeline and its rows (prepack, max_trials_per_task) as they are, in about a second.
+MS_POPULATION = 16
 
 
 def _table(md: str, model: str) -> dict[str, dict[str, str]]:
@@ -49,7 +53,7 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     # builder batch per task (max_trials_per_task) costs 1 s instead of 10.
     cmd = [sys.executable, "-m", "benchmarks.run", "--models", "embedded", "--trials",
            str(TRIALS), "--out", str(out), "--rounds", "2", "--slot-ms", "100",
-           "--ms-builder-timeout", "1"]
+           "--ms-builder-timeout", "1", "--ms-population", str(MS_POPULATION)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"harness failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "embedded: timing" in proc.stdout  # progress is printed
@@ -94,6 +98,8 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     assert model["curves"]["tvm-fusion"]["records"] == TRIALS
     assert model["curves"]["metaschedule"]["records"] >= 1
     assert "builder batches" in table[names[MS]]["notes"]
+    assert f"population {MS_POPULATION}" in table[names[MS]]["notes"]  # the knob is reported
+    assert data["settings"]["ms_population"] == MS_POPULATION
 
 
 def _pretrained_table(md: str) -> dict[str, dict[str, str]]:
@@ -138,7 +144,8 @@ def test_pretrained_benchmark_smoke(tmp_path):
     out = tmp_path / "pretrained"
     cmd = [sys.executable, "-m", "benchmarks.pretrained", "--model", "embedded",
            "--per-task", "1,2", "--ms-per-task", "1", "--no-ms-same-budget", "--out", str(out),
-           "--rounds", "2", "--slot-ms", "100", "--ms-builder-timeout", "1"]
+           "--rounds", "2", "--slot-ms", "100", "--ms-builder-timeout", "1",
+           "--ms-population", str(MS_POPULATION)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     data = json.loads((out / P_JSON).read_text())
@@ -165,6 +172,7 @@ def test_pretrained_benchmark_smoke(tmp_path):
     assert rows[("tvm-fusion-pretrained", 2)]["extra"]["total_trials"] == 2 * n
     peer = rows[("metaschedule", 1)]["extra"]
     assert peer["prepack"] is True and peer["per_task"] == 1 and peer["tasks"] == n
+    assert peer["population"] == MS_POPULATION
     assert any(s.startswith("trials per task ours needs to come within 5% of "
                             "MetaSchedule's result: ") for s in data["summary"])
     assert "trials per task ours needs" in proc.stdout  # the table is printed too
