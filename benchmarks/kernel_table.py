@@ -10,7 +10,8 @@ plan, its layout and prepacking), then for every kernel:
   are (TVM 0.27's pip wheel has no Relax VM profiler: ``vm_profiler_load_executable`` is
   missing). The instrument's own cost (a Python call, ~1-2 us) is in each number, so
   the table also gives ``alone_us``: TVM's ``time_evaluator`` on the kernel by itself,
-  with the arguments it got in the model (copied), warm caches and a hot pool;
+  with the arguments it got in the model (copied), warm caches and a hot pool, the best
+  of 20 calls;
 - FLOPs and DRAM bytes of its group (``plan.cost.group_traffic``), GFLOP/s and GB/s
   against the peaks the harness measures (``benchmarks.roofline.measure_machine``);
 - tuned, untuned (default schedule) or predicted (the cost model's unmeasured pick);
@@ -38,7 +39,8 @@ from .systems import vm_runner
 
 
 def _in_model_times(executable, inputs, runs: int, between=None):
-    """Per-kernel in-model times (us, median over runs) and one call's arguments.
+    """In-model time of every kernel call, in call order: ``[(function, us)]`` (median
+    over runs), and each function's arguments from one call.
 
     ``between()`` is called after every run (the other system's run, interleaved)."""
     import tvm
@@ -46,7 +48,7 @@ def _in_model_times(executable, inputs, runs: int, between=None):
 
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(np.require(a, requirements="C")) for a in inputs]
-    per_run: list[dict[str, float]] = []
+    per_run: list[list[tuple[str, float]]] = []
     captured: dict[str, list] = {}
     state = {"t0": 0.0, "run": None, "capture": False}
 
@@ -60,33 +62,53 @@ def _in_model_times(executable, inputs, runs: int, between=None):
                                  for a in call_args]
             state["t0"] = time.perf_counter()
         else:
-            state["run"][sym] = state["run"].get(sym, 0.0) + (
-                time.perf_counter() - state["t0"]) * 1e6
+            state["run"].append((sym, (time.perf_counter() - state["t0"]) * 1e6))
         return 0
 
     vm.set_instrument(instrument)
     main = vm["main"]
     for k in range(runs + 2):  # two warm-up runs, the first one captures the arguments
-        state["run"], state["capture"] = {}, k == 0
+        state["run"], state["capture"] = [], k == 0
         main(*args)
-        if between is not None and k >= 2:
-            between()
         if k >= 2:
             per_run.append(state["run"])
-    names = sorted({n for r in per_run for n in r})
-    return {n: statistics.median(r.get(n, 0.0) for r in per_run) for n in names}, captured
+            if between is not None:
+                between()
+    calls = [(sym, statistics.median(r[i][1] for r in per_run))
+             for i, (sym, _) in enumerate(per_run[0])]
+    return calls, captured
 
 
-def _alone_times(executable, captured: dict, *, min_ms: int = 20) -> dict[str, float]:
-    """``time_evaluator`` of each kernel on its captured arguments (us, median of 5)."""
+def _call_sites(calls, groups) -> dict[str, tuple[str, float]]:
+    """Plan group name -> (the function it calls, its in-model us).
+
+    Groups whose kernels are identical share one function, named after the first of them
+    (the others are ``<name>_1``, ``<name>_2``...); calls come in the groups' order."""
+    free = [g.name for g in groups]
+    out = {}
+    for sym, us in calls:
+        name = next((n for n in free if n == sym or (n.startswith(sym + "_")
+                                                     and n[len(sym) + 1:].isdigit())), None)
+        if name is None:  # a call no group made (a library op lowered at build)
+            name = sym if sym not in out else f"{sym}@{len(out)}"
+        else:
+            free.remove(name)
+        out[name] = (sym, us)
+    return out
+
+
+def _alone_times(executable, captured: dict, *, repeat: int = 20) -> dict[str, float]:
+    """``time_evaluator`` of each kernel on its captured arguments: the best of ``repeat``
+    single calls (us; the best, because a preempted call on a shared machine says
+    nothing about the kernel)."""
     import tvm
 
     out = {}
     lib = executable.mod.imports[0]  # the compiled kernels (the VM module has no registry)
     for sym, call_args in captured.items():
         try:
-            f = lib.time_evaluator(sym, tvm.cpu(), number=1, repeat=5, min_repeat_ms=min_ms)
-            out[sym] = float(np.median(f(*call_args).results)) * 1e6
+            f = lib.time_evaluator(sym, tvm.cpu(), number=1, repeat=repeat)
+            out[sym] = float(min(f(*call_args).results)) * 1e6
         except Exception:  # noqa: BLE001 - a packed call the runtime does not expose
             continue
     return out
@@ -148,7 +170,9 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
     feed = {t.name: a for t, a in zip(model.inputs, inputs)}
     proto = named(model.onnx_model)
     profile = OrtProfile(proto, feed)
-    us, captured = _in_model_times(compiled.executable, inputs, runs, between=profile.run)
+    calls, captured = _in_model_times(compiled.executable, inputs, runs, between=profile.run)
+    sites = _call_sites(calls, compiled.plan.groups)
+    us = {name: t for name, (_, t) in sites.items()}
     ort = profile.finish()
     alone = _alone_times(compiled.executable, captured)
 
@@ -171,7 +195,7 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
     groups = {g.name: g for g in compiled.plan.groups}
     predicted = set(compiled.info.get("predicted_unmeasured", ()))
     kernel_segs, seg_kernels = {}, defaultdict(list)
-    for name in sorted(set(us) | set(groups)):
+    for name in [g.name for g in compiled.plan.groups] + [n for n in us if n not in groups]:
         g = groups.get(name)
         segs = sorted({our_seg[n] for n in g.nodes}) if g else []
         kernel_segs[name] = segs
@@ -183,13 +207,14 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
         flops, nbytes = group_traffic(graph, g.nodes) if g else (0.0, 0)
         t = us.get(name)
         sharing = sorted({k for s in segs for k in seg_kernels[s]})
-        row = {"kernel": name, "ops": list(g.ops) if g else [name],
+        fn = sites[name][0] if name in sites else None
+        row = {"kernel": name, "function": fn, "ops": list(g.ops) if g else [name],
                "onnx_nodes": [o for s in segs for o in seg_onnx[s]],
-               "called": t is not None, "us": t or 0.0, "alone_us": alone.get(name),
+               "called": t is not None, "us": t or 0.0, "alone_us": alone.get(fn),
                "flops": float(flops), "bytes": int(nbytes),
                "gflops": flops / t / 1e3 if t else 0.0, "gbs": nbytes / t / 1e3 if t else 0.0,
-               "status": ("untuned" if name in compiled.untuned else
-                          "predicted" if name in predicted else "tuned"),
+               "status": ("untuned" if (fn or name) in compiled.untuned else
+                          "predicted" if (fn or name) in predicted else "tuned"),
                "predicted_us": g.est_us if g else None, "segment_kernels": sharing}
         row["peak_pct"] = 100 * row["gflops"] / machine["peak_gflops"]
         row["bw_pct"] = 100 * row["gbs"] / machine["bandwidth_gbs"]
@@ -215,7 +240,7 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
             "target": compiled.target, "layout": compiled.plan.layout,
             "prepack": compiled.info.get("prepack"), "max_rel_error_vs_ort": float(err),
             "machine": {k: machine[k] for k in ("peak_gflops", "bandwidth_gbs")},
-            "runs": runs, "kernels_us_sum": sum(us.values()),
+            "runs": runs, "kernels_us_sum": sum(us.values()), "calls": len(calls),
             "ort": {"version": ort["version"], "run_us": ort["run_us"],
                     "nodes_us_sum": sum(n["us"] for n in ort["nodes"].values()),
                     "unmapped_nodes": sorted(n for n, v in ort["nodes"].items()
