@@ -130,7 +130,8 @@ def _seeds(orig: onnx.ModelProto, opt: onnx.ModelProto) -> dict[str, set[int]]:
                 s = {names[stem]}
             elif stem in producer:
                 s = {producer[stem]}
-            stem = stem.rpartition("_")[0]  # "<tensor>_nchwc", "<node>_token_3"
+            # "<tensor>_nchwc", "<node>_token_3", "<node>/MatMulAddFusion"
+            stem = stem[:max(stem.rfind("_"), stem.rfind("/"), 0)]
         seeds[n.name] = s
     readers = defaultdict(list)
     for n in opt.graph.node:
