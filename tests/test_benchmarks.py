@@ -2,11 +2,12 @@
 
 It runs ``python -m benchmarks.run`` in a fresh process (as a user would) and checks the
 structure of what it writes, never the timings. To stay near a minute on 2 cores it
-times 2 short rounds and gives stock MetaSchedule's builder a 10 s timeout: its workers'
-start-up (importing ``tvm.s_tir.tensor_intrin``) takes longer than that on a small
-machine, so its builds time out fast and its row is the unscheduled FuseOps build, with
-the timeouts in its notes. That path is the one to check here; the tuned path is what
-the manual smoke runs in benchmarks/README.md show.
+times 2 short rounds and gives stock MetaSchedule's builder a 1 s timeout and its search
+a population of 16: its workers' start-up (importing ``tvm.s_tir.tensor_intrin``) takes
+longer than that on a small machine, so its builds time out fast and its row is the
+unscheduled FuseOps build, with the timeouts and the population in its notes. That path
+is the one to check here; the tuned path is what the manual smoke runs in
+benchmarks/README.md show.
 """
 
 from __future__ import annotations
