@@ -101,7 +101,7 @@ a roofline, and as a tuning curve against stock TVM MetaSchedule with the same b
 compile a deployable library from the logs with no tuning, load it and check it against
 ONNX Runtime.
 
-The budget comes from `TVM_FUSION_NB_TRIALS` (default 64); the tests run it with 8."""),
+The budget comes from `TVM_FUSION_NB_TRIALS` (default 64); the tests run it with 4."""),
     ("code", SETUP + '''
 import tempfile, pathlib
 import numpy as np

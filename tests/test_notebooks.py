@@ -29,7 +29,7 @@ def test_notebook_is_committed_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("TVM_FUSION_NB_TRIALS", "8")
+    monkeypatch.setenv("TVM_FUSION_NB_TRIALS", "4")
     monkeypatch.setenv("TVM_FUSION_NB_ROUNDS", "50")
     monkeypatch.setenv("TVM_FUSION_JIT_CACHE", str(tmp_path / "jit"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
