@@ -10,14 +10,15 @@ on the kernel's time as the runner measures it (the VM's call added back on CPUs
 Training uses the records of logs tuned with at least ``MIN_TRIALS_PER_KERNEL`` trials per
 kernel (fewer measure random schedules, not tuned ones).
 Where the data is thin the analytical time stands alone, and the cost says why:
-no records of the target's hardware (its hardware hash), fewer than ``MIN_RECORDS``, or a
-group whose size features lie more than ``RANGE_FACTOR`` beyond the training range.
+no records of the target's hardware (its hardware hash), fewer than ``MIN_RECORDS``, a
+kind of group no training kernel was (a layout, dtype or convolution it never saw), or
+a group whose size features lie more than ``RANGE_FACTOR`` beyond the training range.
 :class:`LearnedCostModel` is the planner's seam (``group_cost(nodes) -> GroupCost``); its
 ``GroupCost.source`` reads ``learned: 1.80x analytical from 41 records`` or
 ``analytical: no learned model for x86_avx2``.
 
 Stored as xgboost's own JSON or UBJ plus a sidecar ``FILE.meta.json``: schema, feature
-list, per-target record counts, the feature ranges, the training data's provenance
+list, per-target record counts, the feature ranges and kinds, the training data's provenance
 (log directories, models, kernels). Never pickle.
 """
 
@@ -41,7 +42,7 @@ from .group_data import KernelRecord, kernel_us, vm_call_us
 from .model import sidecar
 
 SCHEMA = "tvm-fusion/group-model"
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: the sidecar's kinds of group (support)
 MIN_RECORDS = 20     # measured kernels of a target before its learned times are used
 RANGE_FACTOR = 2.0   # a size feature this far outside the training range: analytical
 # Trials per kernel a model's logs need before their records count as tuned latencies: a
@@ -65,6 +66,9 @@ HW_FEATURES = ("hw_log_peak_fp32", "hw_log_dram_gbs", "hw_launch_us", "hw_call_u
 FEATURES = GROUP_FEATURES + HW_FEATURES
 # size features checked against the training range (log values)
 RANGE_FEATURES = ("log_flops", "log_dram_bytes", "log_analytical_us")
+# kinds of group checked against the training data's: trees say nothing about a value no
+# training kernel had (a blocked NCHW16c CNN priced by a model of transformer kernels)
+SUPPORT_FEATURES = ("blocked_layout", "dtype_bits", "has_conv")
 
 
 def _log(x: float) -> float:
@@ -102,6 +106,7 @@ def group_features(cm: AnalyticalCostModel, nodes) -> dict[str, float]:
          "log_compute_us": _log(cost.compute_us), "log_memory_us": _log(cost.memory_us),
          "launch_us": cost.launch_us, "log_analytical_us": _log(kernel_us(cost.total_us, hw)),
          "compute_bound": float(cost.bound == "compute")}
+    f["has_conv"] = float(f["n_conv"] > 0)  # a support key, not a model input
     return {**f, **hw_features(hw)}
 
 
@@ -115,8 +120,11 @@ def hw_features(hw) -> dict[str, float]:
 
 def feature_matrix(records: list[KernelRecord]) -> np.ndarray:
     """One row of :data:`FEATURES` per record."""
-    rows = [group_features(r.cost_model, r.nodes) for r in records]
-    return np.array([[row[k] for k in FEATURES] for row in rows], dtype=float)
+    return _rows([group_features(r.cost_model, r.nodes) for r in records])
+
+
+def _rows(feats: list[dict[str, float]]) -> np.ndarray:
+    return np.array([[f[k] for k in FEATURES] for f in feats], dtype=float)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +146,10 @@ class GroupModel:
         least = int(self.meta.get("min_records", MIN_RECORDS))
         if records < least:
             return f"{records} learned records for {hw.name}, fewer than {least}"
+        for key in SUPPORT_FEATURES:
+            if features[key] not in self.meta["support"][key]:
+                return (f"no training kernel with {key} = {features[key]:g} (trained on "
+                        f"{', '.join(f'{v:g}' for v in self.meta['support'][key])})")
         span = math.log(RANGE_FACTOR)
         for key in RANGE_FEATURES:
             lo, hi = self.meta["ranges"][key]
@@ -190,8 +202,7 @@ class LearnedCostModel:
             if why is not None:
                 cost = dataclasses.replace(base, source=f"analytical: {why}")
             else:
-                ratio = float(np.exp(self.model.log_ratio(
-                    np.array([[feats[k] for k in FEATURES]]))[0]))
+                ratio = float(np.exp(self.model.log_ratio(_rows([feats]))[0]))
                 call = vm_call_us(self.hw)
                 total = kernel_us(base.total_us, self.hw) * ratio + call
                 cost = dataclasses.replace(base, total_us=total, source=(
@@ -220,7 +231,8 @@ def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
                              f"measured, all in logs with fewer than "
                              f"{MIN_TRIALS_PER_KERNEL:g} trials per kernel); pass --logs "
                              "directories that `tvm-fusion tune` tuned with a real budget")
-    x = feature_matrix(records)
+    feats = [group_features(r.cost_model, r.nodes) for r in records]
+    x = _rows(feats)
     y = np.array([math.log(r.meas_us / r.analytical_us) for r in records])
     booster = xgb.train(PARAMS, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)),
                         num_boost_round=rounds)
@@ -237,6 +249,7 @@ def train_group_model(records: list[KernelRecord], *, rounds: int = ROUNDS,
             "trained": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "targets": targets,
             "ranges": {k: [float(cols[k].min()), float(cols[k].max())] for k in RANGE_FEATURES},
+            "support": {k: sorted({float(f[k]) for f in feats}) for k in SUPPORT_FEATURES},
             "provenance": sorted({(r.logs, r.model) for r in records}),
             "kernels": len(records), "untuned_skipped": measured - len(records),
             "min_trials_per_kernel": MIN_TRIALS_PER_KERNEL}
@@ -271,7 +284,8 @@ def load_group_model(path: str | os.PathLike) -> GroupModel:
                              "written beside the model by train-group-model") from None
     except json.JSONDecodeError as e:
         raise CostModelError(f"{sidecar(path)} is not valid JSON ({e})") from None
-    if meta.get("schema") != SCHEMA or meta.get("features") != list(FEATURES):
+    if (meta.get("schema") != SCHEMA or meta.get("features") != list(FEATURES)
+            or meta.get("feature_version") != FEATURE_VERSION):
         raise CostModelError(f"{path} is not a group model of this tvm-fusion (schema "
                              f"{meta.get('schema')!r}, feature version "
                              f"{meta.get('feature_version')!r}, this one {FEATURE_VERSION}); "
