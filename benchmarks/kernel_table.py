@@ -38,9 +38,9 @@ from .ort_nodes import OrtProfile, align, named, segments_of_onnx, segments_of_o
 from .systems import vm_runner
 
 
-def _in_model_times(executable, inputs, runs: int, between=None):
-    """In-model time of every kernel call, in call order: ``[(function, us)]`` (median
-    over runs), and each function's arguments from one call.
+def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "median"):
+    """In-model time of every kernel call, in call order: ``[(function, us)]`` (``stat``,
+    median or min, over runs), and each function's arguments from one call.
 
     ``between()`` is called after every run (the other system's run, interleaved)."""
     import tvm
@@ -74,7 +74,8 @@ def _in_model_times(executable, inputs, runs: int, between=None):
             per_run.append(state["run"])
             if between is not None:
                 between()
-    calls = [(sym, statistics.median(r[i][1] for r in per_run))
+    pick = min if stat == "min" else statistics.median
+    calls = [(sym, pick(r[i][1] for r in per_run))
              for i, (sym, _) in enumerate(per_run[0])]
     return calls, captured
 
@@ -145,7 +146,7 @@ def _lags(row: dict, machine: dict) -> str:
 
 
 def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
-                 inputs=None) -> dict:
+                 inputs=None, stat: str = "median") -> dict:
     """Every kernel of ``compiled`` with its times, rates, status and ORT's time.
 
     Parameters
@@ -157,6 +158,10 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
         The graph of ``compiled.plan`` (``plan.graph_for_plan``).
     machine : dict
         ``peak_gflops`` and ``bandwidth_gbs`` (``benchmarks.roofline.measure_machine``).
+    stat : str
+        ``median`` or ``min`` over the runs, for both systems. On a loaded machine the
+        OS preempts a low-priority run at about the same point every run, so the median
+        of one call can be a time slice, not the kernel: use ``min`` there.
 
     Returns
     -------
@@ -170,10 +175,11 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
     feed = {t.name: a for t, a in zip(model.inputs, inputs)}
     proto = named(model.onnx_model)
     profile = OrtProfile(proto, feed)
-    calls, captured = _in_model_times(compiled.executable, inputs, runs, between=profile.run)
+    calls, captured = _in_model_times(compiled.executable, inputs, runs, between=profile.run,
+                                      stat=stat)
     sites = _call_sites(calls, compiled.plan.groups)
     us = {name: t for name, (_, t) in sites.items()}
-    ort = profile.finish()
+    ort = profile.finish(stat)
     alone = _alone_times(compiled.executable, captured)
 
     pairs = align(proto, graph)
@@ -240,7 +246,7 @@ def kernel_table(model, compiled, graph, machine: dict, *, runs: int = 20,
             "target": compiled.target, "layout": compiled.plan.layout,
             "prepack": compiled.info.get("prepack"), "max_rel_error_vs_ort": float(err),
             "machine": {k: machine[k] for k in ("peak_gflops", "bandwidth_gbs")},
-            "runs": runs, "kernels_us_sum": sum(us.values()), "calls": len(calls),
+            "runs": runs, "stat": stat, "kernels_us_sum": sum(us.values()), "calls": len(calls),
             "ort": {"version": ort["version"], "run_us": ort["run_us"],
                     "nodes_us_sum": sum(n["us"] for n in ort["nodes"].values()),
                     "unmapped_nodes": sorted(n for n, v in ort["nodes"].items()
@@ -287,6 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="host")
     ap.add_argument("--shape", action="append", default=[], help="NAME=D1,D2,...")
     ap.add_argument("--runs", type=int, default=20, help="timed runs of each system")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="over the runs, both systems (min on a loaded machine)")
     ap.add_argument("--top", type=int, default=10, help="kernels in the printed table")
     ap.add_argument("--out", default=None, help="JSON file (default kernel-table-MODEL.json)")
     ap.add_argument("--gemm-n", type=int, default=3072, help="size of the peak GEMM probe")
@@ -323,12 +331,13 @@ def main(argv=None) -> int:
     if None in machine.values():
         probed = measure_machine(gemm_n=args.gemm_n, copy_mb=args.copy_mb)
         machine = {k: v or probed[k] for k, v in machine.items()}
-    table = kernel_table(model, compiled, graph, machine, runs=args.runs)
+    table = kernel_table(model, compiled, graph, machine, runs=args.runs, stat=args.stat)
     out = Path(args.out or f"kernel-table-{Path(model.source).stem}.json")
     out.write_text(json.dumps(table, indent=1) + "\n")
     o = table["ort"]
     print(f"{table['model']} on {table['target']} ({table['layout']}, prepack "
-          f"{table['prepack']}): {len(table['kernels'])} kernels, in-model sum "
+          f"{table['prepack']}, {args.stat} of {args.runs} runs interleaved with ORT's"
+          f"): {len(table['kernels'])} kernels, in-model sum "
           f"{table['kernels_us_sum']:.0f} us; ONNX Runtime {o['version']}: nodes "
           f"{o['nodes_us_sum']:.0f} us, run {o['run_us']:.0f} us; peaks "
           f"{machine['peak_gflops']:.0f} GFLOP/s, {machine['bandwidth_gbs']:.1f} GB/s; "
