@@ -210,3 +210,23 @@ def test_untuned_int8_gemm_gets_vnni_by_default(rows, tmp_path):
     got = module(*inputs)
     got = got[0] if isinstance(got, (list, tuple)) else got
     np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])
+
+
+@pytest.mark.parametrize("target, together", [("x86_avx512", True), ("a100", False)])
+def test_dynamic_quantize_min_and_max_may_share_a_kernel_on_cpus(target, together):
+    """DynamicQuantizeLinear's min and max reductions read the same tensor: on a CPU they
+    may be one kernel that reads it once for both (the planner prices it; in MiniLM-L3 it
+    takes it, tests/test_int8_models.py); dlight schedules one reduction per GPU kernel,
+    so there they may not (reductions of different tensors: tests/test_duplicate.py)."""
+    from tvm_fusion import load_target
+    from tvm_fusion.plan import AnalyticalCostModel
+    from tvm_fusion.plan.legality import gpu_violation, violation
+    from tvm_fusion.plan.op_info import graph_info
+
+    graph = build_graph(import_model(oc.dynamic_matmul()).mod)
+    infos = graph_info(graph)
+    ids = {n.op: n.id for n in graph.nodes}
+    pair = [ids["max"], ids["min"]]
+    model = AnalyticalCostModel(graph, load_target(target), infos)
+    bad = violation(graph, infos, pair) or gpu_violation(model, pair)
+    assert (bad is None) == together, bad

@@ -14,6 +14,8 @@ cosine similarity above 0.999 to ONNX Runtime's.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -100,6 +102,12 @@ def test_dynamic_minilm_matches_onnxruntime_within_int8_steps(dynamic_minilm):
     assert _int8_constants(model.mod) >= 12  # the quantized weights stay int8
     assert model.simplified.int8_gemms == 18  # every MatMulInteger reads u8 x s8
     _assert_vnni(plan, 18)
+    # each DynamicQuantizeLinear's min and max reductions read its input once, in one
+    # kernel with the scale, zero point and quantize (3 layers x 4 quantized inputs)
+    dql = [g for g in plan.groups if any(re.match(r"(max|min)\d*#", o) for o in g.ops)]
+    assert len(dql) == 12, [g.name for g in dql]
+    assert all({o[:3] for o in g.ops if re.match(r"(max|min)\d*#", o)} == {"max", "min"}
+               for g in dql), [g.ops for g in dql]
     for g, w, out in zip(got, want, proto.graph.output):
         assert g.shape == w.shape, out.name
         if w.dtype.kind != "f":

@@ -15,7 +15,8 @@ gpu_resources` labels ``split`` (a GEMM/conv with a reduction after it: GEMM + s
 GEMM + layer norm, conv + global mean), which dlight emits as several plain-loop kernels,
 so the fusion the cost model counted on would not happen.
 
-Per group: at most one contraction and one reduction, no opaque op and no op with a
+Per group: at most one contraction and one reduction (on CPUs, or several that read
+the same tensor into results of one shape: :func:`sibling_reductions`), no opaque op and no op with a
 data-dependent output (:attr:`~tvm_fusion.graph.OpNode.data_dependent`), at most
 ``MAX_GROUP_OPS`` operators. Merges are made over the group graph (the quotient of the
 op graph by the current partition) and take the convex closure of the two groups: every
@@ -49,8 +50,9 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
         return f"{names(by_role['opaque'])} is opaque to fusion"
     if len(by_role.get("contraction", ())) > 1:
         return f"it would hold two GEMM/conv anchors ({names(by_role['contraction'])})"
-    if len(by_role.get("reduction", ())) > 1:
-        return f"it would hold two reductions ({names(by_role['reduction'])})"
+    reductions = by_role.get("reduction", ())
+    if len(reductions) > 1 and not sibling_reductions(graph, reductions):
+        return f"it would hold two reductions ({names(reductions)})"
     for c in members:
         cn, crole = graph.nodes[c], infos[c].role
         for p in cn.inputs:
@@ -65,6 +67,15 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
     return None
 
 
+def sibling_reductions(graph: OpGraph, nodes) -> bool:
+    """Whether reductions ``nodes`` read the same tensors into results of one shape
+    (DynamicQuantizeLinear's min and max of its input): one kernel reads the input once
+    for all of them, each reduction its own block over the same loops."""
+    first = graph.nodes[nodes[0]]
+    return all(graph.nodes[n].reads == first.reads and graph.nodes[n].shape == first.shape
+               for n in nodes[1:])
+
+
 def gpu_violation(model, members) -> str | None:
     """Why ``members`` would not stay one kernel on a GPU target, or None.
 
@@ -76,6 +87,10 @@ def gpu_violation(model, members) -> str | None:
     """
     if model.hw.family == "cpu":
         return None
+    reductions = [n for n in sorted(members) if model.infos[n].role == "reduction"]
+    if len(reductions) > 1:  # siblings (violation lets them share a CPU kernel)
+        return (f"dlight (the default {model.hw.family} schedule) schedules one reduction "
+                f"per kernel: {', '.join(node_name(model.graph.nodes[n]) for n in reductions)}")
     res = gpu_resources(model, members)
     if res.schedule != "split":
         return None
