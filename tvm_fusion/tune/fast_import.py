@@ -14,6 +14,7 @@ import inspect
 import sys
 
 _CONTEXT_FRAMES = 4
+VNNI_INTRIN = "tvmf_dot_16x4_vnni"
 
 
 def _light_stack(context: int = 1):
@@ -35,8 +36,6 @@ def import_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` with the light stack, and register ours
     (:mod:`.vnni`), idempotent."""
     if "tvm.s_tir.tensor_intrin" in sys.modules:
-        from .vnni import register_vnni_intrin
-
         register_vnni_intrin()
         return
     saved = inspect.stack
@@ -45,9 +44,7 @@ def import_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
     finally:
         inspect.stack = saved
-    from .vnni import register_vnni_intrin  # ours, which tuned int8 records name
-
-    register_vnni_intrin()
+    register_vnni_intrin()  # ours, which tuned int8 records name
 
 
 def build_kernel(mod, target, _params):
@@ -61,3 +58,40 @@ def build_kernel(mod, target, _params):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm.tirx.build(mod, target=target)
+
+
+def register_vnni_intrin() -> str:
+    """Register :data:`VNNI_INTRIN` once (idempotent); returns its name.
+
+    TVM 0.27's ``dot_16x4_vnni`` with the operands of ``llvm.x86.avx512.vpdpbusd.512`` as
+    the wheel's LLVM declares them (``<64 x i8>``; see :mod:`tvm_fusion.tune.vnni`)."""
+    if "tvm.s_tir.tensor_intrin" not in sys.modules:  # the light import, which calls us
+        import_tensor_intrinsics()
+        return VNNI_INTRIN
+    from tvm.s_tir import TensorIntrin
+    from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
+    from tvm.script import tirx as T
+
+    try:
+        TensorIntrin.get(VNNI_INTRIN)
+        return VNNI_INTRIN
+    except Exception:  # noqa: BLE001 - not registered yet
+        pass
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
+             B: T.Buffer((16, 4), "int8", offset_factor=1),
+             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            a_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"),
+                T.reinterpret(T.broadcast(a_i32, 16), dtype="int8x64"),
+                B.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16")
+
+    TensorIntrin.register(VNNI_INTRIN, dot_product_16x4_u8i8i32_desc, impl)
+    return VNNI_INTRIN
