@@ -126,7 +126,7 @@ def tuned(model, tmp_path_factory):
     # some) crashed its logger set-up inside tune(); tuning must not care.
     logging.getLogger("tvm.s_tir.meta_schedule").addHandler(logging.NullHandler())
     logs = tmp_path_factory.mktemp("logs")
-    report = tf.tune(model, "host", trials=4, logs=logs, progress=False)
+    report = tf.tune(model, "host", trials=8, logs=logs, progress=False)
     return logs, report
 
 
