@@ -12,7 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvm_fusion import build_graph, compile_model, import_model, load_module, tune
 from tvm_fusion.errors import PlanError
-from tvm_fusion.plan import FusionPlan, graph_for_plan, plan_fusion, plan_model
+from tvm_fusion.targets import load_target
+from tvm_fusion.plan import (FusionPlan, describe_plan, graph_for_plan, plan_fusion,
+                             plan_model)
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.simplify.block import count_ops
 from tvm_fusion.simplify.parallel import combine_matmuls, parallel_matmuls
@@ -59,6 +61,8 @@ def test_small_qkv_is_combined_and_matches_onnxruntime_with_the_promised_kernels
     assert d.combined and d.separate_us - d.combined_us > 0.05 * d.separate_us
     assert d.ops == tuple(sorted(d.ops)) and len(d.ops) == 3
     assert "into one" in plan.summary() and d.summary() in plan.explain("combine")
+    # a plan re-described (FuseOps comparisons, groups split for MetaSchedule) keeps it
+    assert describe_plan(graph, load_target(TARGET), plan).combine == plan.combine
     # the kernel count is what the decision promises
     promised = len(separate.groups) - d.separate_kernels + d.combined_kernels
     assert len(plan.groups) == promised < len(separate.groups)

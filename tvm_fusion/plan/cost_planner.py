@@ -403,4 +403,5 @@ def describe_plan(graph: OpGraph, hw, plan: FusionPlan, *, cost_model=None) -> F
             pattern=g.pattern))
     return FusionPlan(target=plan.target, graph_signature=plan.graph_signature,
                       planner=plan.planner, groups=tuple(groups), notes=plan.notes,
-                      layout=plan.layout, layout_reason=plan.layout_reason)
+                      layout=plan.layout, layout_reason=plan.layout_reason,
+                      combine=plan.combine)

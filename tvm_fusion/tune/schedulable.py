@@ -86,6 +86,7 @@ def make_schedulable(graph: OpGraph, plan: FusionPlan, hw, target: tvm.target.Ta
                          f"rules cannot schedule it ({bad[g.name]})")
         split = plan_from_groups(graph, groups, hw, planner=plan.planner)
         plan = replace(describe_plan(graph, hw, split), notes=tuple(notes), edges=plan.edges,
-                       layout=plan.layout, layout_reason=plan.layout_reason)
+                       layout=plan.layout, layout_reason=plan.layout_reason,
+                       combine=plan.combine)  # the graph keeps its combined matmuls
     fused = kernel_module(graph, plan, prepack=prepack)
     return plan, fused, ms.relax_integration.extract_tasks(fused, target)
