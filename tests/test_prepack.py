@@ -23,6 +23,7 @@ import tvm_fusion as tf
 from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+from tvm_fusion.plan import plan_model
 from tvm_fusion.tune.logs import open_database, read_manifest
 from tvm_fusion.tune.prepack import has_layout_rewrite, resolve_prepack
 from tvm_fusion.tune.schedulable import kernel_module
@@ -281,3 +282,47 @@ def test_kernel_table_without_tuning_logs_exits_2(tmp_path, capsys):
 
     assert kernel_table.main(["--model", "embedded", "--logs", str(tmp_path)]) == 2
     assert "no tuning logs" in capsys.readouterr().err
+
+
+def conv_transpose_sigmoid() -> onnx.ModelProto:
+    """Conv -> ConvTranspose to one channel -> Sigmoid: PP-OCR det's head, small."""
+    rng = np.random.default_rng(1)
+    return make("deconv", [
+        h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("ConvTranspose", ["c", "wt", "bt"], ["d"], strides=[2, 2]),
+        h.make_node("Sigmoid", ["d"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, 4, 8, 8])], [_vi("y", T.FLOAT, [1, 1, 16, 16])],
+        [const("w", rng.standard_normal((8, 4, 3, 3))),
+         const("wt", rng.standard_normal((8, 1, 2, 2))), const("bt", rng.standard_normal(1))])
+
+
+def test_flipped_weight_reads_stay_unpacked_and_the_kernel_verifies(tmp_path):
+    """conv2d_transpose reads its weight flipped (``w[i, o, 1 - h, 1 - w]``), and TVM 0.27's
+    RewriteLayout packs such a one-output-channel weight into a buffer missing an axis:
+    every candidate of PP-OCR det's last kernel failed verification. The weight is left
+    unmarked; the conv's weight still is; a schedule of the kernel with RewriteLayout
+    run over the marks verifies."""
+    path = tmp_path / "deconv.onnx"
+    onnx.save(conv_transpose_sigmoid(), path)
+    model = tf.import_model(path)
+    graph, plan = plan_model(model.mod, "host")
+    mod = kernel_module(graph, plan, prepack=True)
+    funcs = {gv.name_hint: f for gv, f in mod.functions.items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    deconv = next(n for n in funcs if "conv2d_transpose" in n)
+    conv = next(n for n in funcs if "conv2d" in n and n != deconv)
+    weight = 1  # (data, weight, bias, out)
+    assert weight not in list(funcs[deconv].attrs.get("layout_free_buffers", []))
+    assert weight in list(funcs[conv].attrs["layout_free_buffers"])
+
+    from tvm.s_tir import meta_schedule as ms
+    target = tf.targets.as_target("host").tvm_target()
+    kmod = tvm.IRModule({"main": funcs[deconv].with_attr("global_symbol", "main")})
+    sch = tvm.s_tir.Schedule(kmod)
+    # what the rejected candidates did to the weight's reader before RewriteLayout
+    sch.fuse(*sch.get_loops(sch.get_sblock("kernel_transform")))
+    post = ms.postproc.RewriteLayout()
+    post._initialize_with_tune_context(ms.TuneContext(mod=kmod, target=target, num_threads=1))
+    assert post.apply(sch)
+    verdict = KernelVerifier(target).check(0, kmod, sch.mod)
+    assert verdict.error is None, verdict.error

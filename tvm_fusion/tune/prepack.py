@@ -99,10 +99,46 @@ def mark_layout_free(mod: tvm.IRModule) -> tvm.IRModule:
             relax.analysis.post_order_visit(func, visit)
     out = mod
     for gv, func in mod.functions.items():
-        idx = sorted(free.get(gv.name_hint, ()))
-        if isinstance(func, tvm.tirx.PrimFunc) and idx:
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        flipped = _flipped_params(func)
+        idx = sorted(i for i in free.get(gv.name_hint, ()) if i not in flipped)
+        if idx:
             out[gv] = func.with_attr(ATTR, idx)
     return out
+
+
+def _flipped_params(func: tvm.tirx.PrimFunc) -> set[int]:
+    """Parameters some block reads at a flipped index (``p[i, o, 1 - h, 1 - w]``).
+
+    ``conv2d_transpose``'s ``kernel_transform`` reads its weight so. RewriteLayout in TVM
+    0.27 infers the packed layout from that read and, when the weight has a unit axis
+    (one output channel: PP-OCR det's final ConvTranspose), packs a buffer that drops an
+    axis: every candidate then fails verification and the kernel ships untuned (10 of
+    ppocr-det's 40 ms). Such weights are left in the model's layout.
+    """
+    index = {p: i for i, p in enumerate(func.params)}  # a read's source is its param
+    expr = tvm.ir.expr.Expr
+
+    def has_var(e) -> bool:
+        if isinstance(e, tvm.tirx.Var):
+            return True
+        return any(has_var(getattr(e, k)) for k in ("a", "b", "value")
+                   if isinstance(getattr(e, k, None), expr))
+
+    def flipped(e) -> bool:
+        if isinstance(e, tvm.tirx.Sub) and has_var(e.b):
+            return True
+        return any(flipped(getattr(e, k)) for k in ("a", "b", "value")
+                   if isinstance(getattr(e, k, None), expr))
+
+    sch = tvm.s_tir.Schedule(func)
+    found: set[int] = set()
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        for read in sch.get(block).reads:
+            if read.source in index and any(flipped(r.min) for r in read.region):
+                found.add(index[read.source])
+    return found
 
 
 def has_layout_rewrite(func: tvm.tirx.PrimFunc) -> bool:
