@@ -95,6 +95,9 @@ def stock_space():
     ours = ("plain", "register_tile", "depthwise")
     doc["rules"] = [r for r in doc["rules"] if r not in ours]
     doc.update({r: None for r in ours})
+    # tile_choice mutates register_tile's categorical; MetaSchedule's own probabilities
+    mut = doc["mutators"]
+    mut["tile_size"] = mut.get("tile_size", 0) + mut.pop("tile_choice", 0)
     return space_from_dict(doc, origin="cpu.json without tvm-fusion's rules")
 
 

@@ -12,6 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
+from tvm_fusion.tune.cpu_rules import MutateTileChoice, filling_tiles
 from tvm_fusion.tune.fast_import import build_kernel
 from tvm_fusion.tune.space import (SPACE_DIR, SearchSpaceError, load_search_space,
                                    space_from_dict, space_generator)
@@ -54,6 +55,8 @@ def _stock_doc():
     doc["rules"] = [r for r in doc["rules"] if r not in OUR_RULES]
     for r in OUR_RULES:
         doc[r] = None
+    doc["mutators"] = {"tile_size": 0.9, "compute_location": 0.05, "unroll": 0.03,
+                       "parallel": 0.02}
     return doc
 
 
@@ -319,11 +322,15 @@ def test_register_tile_holds_a_vector_fma_tile_with_the_epilogue_at_it(host):
     mod, _ = _mm_bias_relu_residual()
     _, spaces = _spaces_of(mod, host)
     tiles = [s for s in spaces if "tvm_fusion.register_tile" in _tags(s)]
-    assert len(tiles) == 2  # one per row limit in cpu.json ([8, 4])
-    limits = {(int(i.attrs[0]), int(i.attrs[1])) for s in tiles
-              for i in _insts(s, "SamplePerfectTile")}
-    # rows up to 8 (then 3 vectors: 24 accumulators of 32 zmm) or 4 (then 7 vectors)
-    assert {(3, 8), (3, 3), (3, 4), (3, 7)} <= limits
+    # 32 rows x 4 vectors, 28 accumulators (32 zmm - 4 spare), fill_percent 50: the
+    # fullest tiles hold 16 (8 x 2, 4 x 4); 8 x 1 is dropped (9 loads for 8 FMAs)
+    assert filling_tiles(32, 4, 8, 28, 50) == [(2, (4,)), (4, (2, 4)), (8, (2,))]
+    assert len(tiles) == 3  # one per row count
+    cands = sorted(tuple(int(c) for c in i.attrs[0]) for s in tiles
+                   for i in _insts(s, "SampleCategorical")
+                   if any(i.outputs[0].same_as(x) for sp in _insts(s, "Split")
+                          for x in sp.inputs))  # (the unroll depth is one too)
+    assert cands == [(2,), (2, 4), (4,)]  # NR / lanes: a categorical decision
     lanes = 16  # the host has AVX-512 (DESIGN.md); a 16-lane fp32 vector per FMA
     for sch in tiles:
         update = sch.get_sblock("c_update")
@@ -337,6 +344,80 @@ def test_register_tile_holds_a_vector_fma_tile_with_the_epilogue_at_it(host):
         # same parallel loop, not in a second pass over the output
         epi = sch.get_loops(sch.get_sblock("d"))
         assert sch.get(epi[0]).same_as(loops[0]) and len(epi) > 1
+
+
+def _resampled(mod, space, seeds):
+    """Each design space's instructions replayed with fresh draws, as the search samples."""
+    for seed in seeds:
+        sch = tvm.s_tir.Schedule(mod, seed=seed)
+        tvm.s_tir.schedule.Trace(space.trace.insts, {}).apply_to_schedule(
+            sch, remove_postproc=True)
+        yield sch
+
+
+def _tile(sch, block="c_update"):  # (MR, NR / lanes) of a register-tile schedule
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock(block))]
+    return int(loops[-3].extent), int(loops[-2].extent)
+
+
+def test_sampled_register_tiles_fill_the_accumulators_and_match_numpy(host):
+    mod, ref = _mm_bias_relu_residual()
+    ctx, spaces = _spaces_of(mod, host)
+    tiles = [s for s in spaces if "tvm_fusion.register_tile" in _tags(s)]
+    drawn = [sch for space in tiles for sch in _resampled(mod, space, range(1, 7))]
+    # 16 accumulators is the fullest tile: every draw holds at least half of that
+    assert {_tile(s) for s in drawn} <= {(2, 4), (4, 2), (4, 4), (8, 2)}
+    assert len({_tile(s) for s in drawn}) >= 3  # the decisions are sampled, not fixed
+    arrays = _args(mod)
+    for sch in drawn[::9]:
+        got = _run(build_kernel(_postprocessed(ctx, sch).mod, host, None), arrays)
+        np.testing.assert_allclose(got, ref(*arrays), rtol=1e-5, atol=1e-5)
+    # the search's mutator redraws NR / lanes among the filling candidates
+    mutate = MutateTileChoice()
+    four = next(s for s in drawn if _tile(s) == (4, 2))
+    mutated = mutate.apply(four.trace)
+    sch = tvm.s_tir.Schedule(mod)
+    mutated.apply_to_schedule(sch, remove_postproc=True)
+    assert _tile(sch) == (4, 4)
+    # without fill_percent MR and NR / lanes are drawn apart, most tiles far from full
+    doc = _doc()
+    doc["register_tile"]["fill_percent"] = None
+    old_ctx = ms.TuneContext(mod=mod, target=host, search_strategy="evolutionary",
+                             rand_state=1, space_generator=space_generator(
+                                 space_from_dict(doc), host))
+    old = [sch for space in old_ctx.generate_design_space()
+           if "tvm_fusion.register_tile" in _tags(space)
+           for sch in _resampled(mod, space, range(1, 7))]
+    assert sum(mr * nv < 8 for mr, nv in map(_tile, old)) > len(old) // 2
+
+
+def test_register_tile_records_of_old_and_new_sampling_replay_from_logs(host, tmp_path):
+    """A record of the new sampling (a categorical decision) and one tuned with the old
+    sampling both go through the logs' JSON and rebuild the same kernel, matching numpy."""
+    from tvm_fusion.tune.logdb import LogDatabase
+    mod, ref = _mm_bias_relu_residual()
+    arrays = _args(mod)
+    ctx, spaces = _spaces_of(mod, host)
+    new = _postprocessed(ctx, next(s for s in spaces if "tvm_fusion.register_tile" in _tags(s)))
+    doc = _doc()
+    doc["register_tile"].pop("fill_percent")  # a file written before the knob
+    old_ctx = ms.TuneContext(mod=mod, target=host, search_strategy="evolutionary",
+                             rand_state=1, space_generator=space_generator(
+                                 space_from_dict(doc), host))
+    old = _postprocessed(old_ctx, next(s for s in old_ctx.generate_design_space()
+                                       if "tvm_fusion.register_tile" in _tags(s)))
+    assert not _insts(old, "SampleCategorical") or all(
+        int(i.attrs[0][0]) == 0 for i in _insts(old, "SampleCategorical"))  # unroll only
+    for name, sch in (("new", new), ("old", old)):
+        db = LogDatabase(tmp_path / name, writable=True)
+        db.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, db.commit_workload(mod), [0.001], host,
+            ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+        back = LogDatabase(tmp_path / name).query_schedule(mod, host, "main")
+        assert back is not None
+        tvm.ir.assert_structural_equal(back.mod, sch.mod)
+        np.testing.assert_allclose(_run(build_kernel(back.mod, host, None), arrays),
+                                   ref(*arrays), rtol=1e-5, atol=1e-5)
 
 
 def test_register_tile_composes_with_rewrite_layout(host):
@@ -390,6 +471,11 @@ def test_bad_rule_configs_are_refused_with_the_key_and_the_fix(host):
     with pytest.raises(SearchSpaceError, match=r"mine\.json: register_tile\.row_limits "
                                                r"\[8, 40\] has \[40\].*use row limits from 1 "
                                                r"to 28"):
+        space_from_dict(doc, origin="mine.json")
+    doc = _doc()
+    doc["register_tile"]["fill_percent"] = 0
+    with pytest.raises(SearchSpaceError, match=r"register_tile\.fill_percent must be in "
+                                                r"1\.\.100"):
         space_from_dict(doc, origin="mine.json")
     doc = _doc()
     doc["depthwise"]["row_limits"] = []

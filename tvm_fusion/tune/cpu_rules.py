@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.mutator import PyMutator
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 from tvm.target.codegen import target_has_features
 from tvm.sym.analyzer import Analyzer
@@ -45,11 +47,19 @@ class RegisterTileConfig:
     Rows of a tile go up to the entry, vector columns up to the accumulators left:
     ``(vector registers - spare_registers) // rows``. Loops smaller than
     ``min_iterations`` (all loop extents multiplied) are left to the other rules.
+
+    With ``fill_percent`` the tile is drawn from the tiles that fill the register file
+    instead (:func:`filling_tiles`): one space per row count MR up to ``max(row_limits)``,
+    NR / lanes a ``sample_categorical`` over the column counts whose MR x NR / lanes
+    accumulators are at least ``fill_percent`` % of the fullest tile that fits. Without it
+    MR and NR / lanes are independent ``sample_perfect_tile`` draws, and most draws leave
+    most registers unused.
     """
 
     row_limits: tuple[int, ...]
     spare_registers: int
     min_iterations: int
+    fill_percent: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,13 +254,16 @@ def _vectorize_tail(sch, blocks, lanes: int) -> None:
 
 def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
                   max_rows: int, max_vecs: int, lanes: int,
-                  mark: str = "register_tile") -> None:
+                  mark: str = "register_tile",
+                  fill: tuple[int, tuple[int, ...]] | None = None) -> None:
     """Schedule ``block`` as an MR x NR vector-FMA tile (see the module docstring).
 
     ``rows`` is the iterator whose MR values share one broadcast; MR and NR / lanes are
     ``sample_perfect_tile`` decisions bounded by ``max_rows`` and ``max_vecs``. The NR / lanes
     vectors split ``j`` beyond its lanes, or, given, the ``cols`` iterator (``j`` is then
-    exactly one vector).
+    exactly one vector). ``fill`` = (MR, candidate NR / lanes counts) fixes MR and draws
+    NR / lanes from the candidates (:func:`filling_tiles`); the tiles outside them stay
+    perfect-tile draws.
     """
     loops = sch.get_loops(block)
     outer, middle = [], []
@@ -261,14 +274,22 @@ def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
                                                            max_innermost_factor=64))
         outer.append(o)
         middle.append(m)
-    r0, r1, r2 = sch.split(loops[rows], sch.sample_perfect_tile(
-        loops[rows], n=3, max_innermost_factor=max_rows))
     if cols is None:
         jo, jv = sch.split(loops[j], [None, lanes])
     else:
         jo, jv = loops[cols], loops[j]
-    j0, j1, j2 = sch.split(jo, sch.sample_perfect_tile(jo, n=3,
-                                                       max_innermost_factor=max_vecs))
+    if fill is None:
+        r0, r1, r2 = sch.split(loops[rows], sch.sample_perfect_tile(
+            loops[rows], n=3, max_innermost_factor=max_rows))
+        j0, j1, j2 = sch.split(jo, sch.sample_perfect_tile(jo, n=3,
+                                                           max_innermost_factor=max_vecs))
+    else:
+        mr, nvs = fill
+        rr, r2 = sch.split(loops[rows], [None, mr])
+        nv = sch.sample_categorical(list(nvs), [1.0 / len(nvs)] * len(nvs))
+        jr, j2 = sch.split(jo, [None, nv])
+        r0, r1 = sch.split(rr, sch.sample_perfect_tile(rr, n=2, max_innermost_factor=64))
+        j0, j1 = sch.split(jr, sch.sample_perfect_tile(jr, n=2, max_innermost_factor=64))
     red = [loops[r] for r in nest.reduction]
     # j1 outside r1: one NR-column panel of the packed operand stays in cache while
     # the MR-row strips of the other stream past it
@@ -281,6 +302,33 @@ def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
     sch.annotate(block, MARK, f"tvm_fusion.{mark}")
     sch.decompose_reduction(block, red[0])
     _vectorize_tail(sch, tail, lanes)
+
+
+def filling_tiles(n_rows: int, n_cols: int, max_rows: int, budget: int,
+                  fill_percent: int) -> list[tuple[int, tuple[int, ...]]]:
+    """The register tiles that fill the accumulator budget, grouped by row count.
+
+    A tile is MR rows x NV vectors with MR dividing ``n_rows`` (at most ``max_rows``), NV
+    dividing ``n_cols`` and MR * NV <= ``budget`` accumulators; kept are those with at
+    least ``fill_percent`` % of the accumulators of the fullest such tile, and of those
+    the ones with at most 3 operand loads per 4 FMAs, if any.
+
+    Returns
+    -------
+    list of (MR, NV candidates), MR ascending, NV candidates ascending
+    """
+    pairs = [(mr, nv) for mr in range(1, min(n_rows, max_rows) + 1) if n_rows % mr == 0
+             for nv in range(1, n_cols + 1) if n_cols % nv == 0 and mr * nv <= budget]
+    if not pairs:
+        return []
+    best = max(mr * nv for mr, nv in pairs)
+    keep = [(mr, nv) for mr, nv in pairs if 100 * mr * nv >= fill_percent * best]
+    # MR + NV operand loads per MR * NV FMAs: past 3 per 4 the load ports, not the FMAs,
+    # bound the tile (a 14 x 1 tile measured 1.25x slower than 7 x 2 on an NCHW16c conv)
+    fed = [(mr, nv) for mr, nv in keep if 4 * (mr + nv) <= 3 * mr * nv]
+    keep = fed or keep
+    rows = sorted({mr for mr, _ in keep})
+    return [(mr, tuple(nv for m, nv in keep if m == mr)) for mr in rows]
 
 
 @derived_object
@@ -318,14 +366,20 @@ class RegisterTileRule(PyScheduleRule):
         elif rows is None:
             return [sch]
         out = [sch]
-        for max_rows in self.config.row_limits:
-            max_vecs = (regs - self.config.spare_registers) // max_rows
-            if max_vecs < 1:
-                continue
+        budget = regs - self.config.spare_registers
+        if self.config.fill_percent is None:
+            spaces = [(r, budget // r, None) for r in self.config.row_limits
+                      if budget // r >= 1]
+        else:
+            n_cols = nest.extents[j] // lanes if cols is None else nest.extents[cols]
+            tiles = filling_tiles(nest.extents[rows], n_cols, max(self.config.row_limits),
+                                  budget, self.config.fill_percent)
+            spaces = [(mr, max(nvs), (mr, nvs)) for mr, nvs in tiles]
+        for max_rows, max_vecs, fill in spaces:
             new = sch.copy()
             try:
                 register_tile(new, block, nest, j, rows, cols, max_rows, max_vecs, lanes,
-                              "depthwise" if self.depthwise else "register_tile")
+                              "depthwise" if self.depthwise else "register_tile", fill)
             except tvm.TVMError:  # ScheduleError: this nest cannot take the tile
                 continue
             out.append(new)
@@ -435,3 +489,33 @@ class PlainRule(PyScheduleRule):
 
     def clone(self):
         return PlainRule(self.config)
+
+
+@derived_object
+class MutateTileChoice(PyMutator):
+    """``tile_choice``: redraw one categorical tile size (``register_tile``'s NR / lanes).
+
+    MetaSchedule's MutateTileSize changes ``sample_perfect_tile`` decisions and
+    MutateUnroll only the categoricals that pick an unroll depth; this changes a
+    categorical that feeds a ``split`` to another of its candidates.
+    """
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, trace, rand_state):
+        factors = [x for i in trace.insts if i.kind.name == "Split" for x in i.inputs[1:]
+                   if x is not None]
+        picks = [i for i in trace.insts if i.kind.name == "SampleCategorical"
+                 and len(i.attrs[0]) > 1
+                 and any(i.outputs[0].same_as(x) for x in factors)]
+        if not picks:
+            return None
+        rng = np.random.default_rng(int(rand_state) & 0x7FFFFFFF)
+        inst = picks[int(rng.integers(len(picks)))]
+        now = int(trace.decisions[inst])
+        other = [k for k in range(len(inst.attrs[0])) if k != now]
+        return trace.with_decision(inst, int(other[int(rng.integers(len(other)))]), True)
+
+    def clone(self):
+        return MutateTileChoice()

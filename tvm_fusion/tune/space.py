@@ -11,6 +11,7 @@ missing keys are refused with the key and the file named.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from tvm.target.codegen import target_has_features
 
 from ..data import search_spaces_dir
 from ..errors import TvmFusionError
-from .cpu_rules import (PlainConfig, PlainRule, RegisterTileConfig, RegisterTileRule,
-                        vector_shape)
+from .cpu_rules import (MutateTileChoice, PlainConfig, PlainRule, RegisterTileConfig,
+                        RegisterTileRule, vector_shape)
 from .fast_import import import_tensor_intrinsics
 
 SPACE_DIR = search_spaces_dir()
@@ -162,7 +163,8 @@ RULES = {"custom": None, "inline_constant_scalars": None, "inline": "inline",
 POSTPROCS = ("disallow_dynamic_loop", "rewrite_cooperative_fetch", "rewrite_unbound_block",
              "rewrite_parallel_vectorize_unroll", "rewrite_reduction_block",
              "rewrite_tensorize", "rewrite_layout", "verify_gpu_code")
-MUTATORS = ("tile_size", "compute_location", "unroll", "parallel", "thread_binding")
+MUTATORS = ("tile_size", "compute_location", "unroll", "parallel", "thread_binding",
+            "tile_choice")
 
 
 def _fields(cls) -> tuple[str, ...]:
@@ -213,9 +215,14 @@ def _value(kind, v, where: str, origin: str):
 
 
 def _section(cls, doc, name: str, origin: str):
+    # fields with a default were added later: files written before may omit them
+    fields = cls.__dataclass_fields__.values()
+    optional = {f.name for f in fields if f.default is not dataclasses.MISSING}
+    if isinstance(doc, dict):
+        doc = {**{k: None for k in optional if k not in doc}, **doc}
     _check_keys(doc, _fields(cls), f"{name}.", origin)
     return cls(**{f.name: _value(f.type, doc[f.name], f"{name}.{f.name}", origin)
-                  for f in cls.__dataclass_fields__.values()})
+                  for f in fields})
 
 
 def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
@@ -334,6 +341,10 @@ def _check_cpu_rules(sections, origin: str) -> None:
                 f"R rows holds at least R accumulators and a CPU has at most "
                 f"{_MAX_VECTOR_REGISTERS} vector registers, {cfg.spare_registers} of them "
                 f"spare; use row limits from 1 to {room}")
+        if cfg.fill_percent is not None and not 1 <= cfg.fill_percent <= 100:
+            raise SearchSpaceError(f"{origin}: {name}.fill_percent must be in 1..100 (the "
+                                   f"least share of the fullest tile's accumulators a "
+                                   f"sampled tile uses) or null; got {cfg.fill_percent}")
         if cfg.min_iterations < 0:
             raise SearchSpaceError(f"{origin}: {name}.min_iterations must be >= 0; got "
                                    f"{cfg.min_iterations}")
@@ -523,6 +534,7 @@ def space_generator(space: SearchSpace, target):
     mutator_makers = {
         "tile_size": mu.MutateTileSize, "compute_location": mu.MutateComputeLocation,
         "unroll": mu.MutateUnroll, "thread_binding": mu.MutateThreadBinding,
+        "tile_choice": MutateTileChoice,
         "parallel": lambda: mu.MutateParallel(
             max_jobs_per_core=space.parallel_vectorize_unroll.max_jobs_per_core),
     }
