@@ -386,7 +386,7 @@ class RegisterTileRule(PyScheduleRule):
             try:
                 register_tile(new, block, nest, j, rows, cols, max_rows, max_vecs, lanes,
                               "depthwise" if self.depthwise else "register_tile", fill)
-            except tvm.TVMError:  # ScheduleError: this nest cannot take the tile
+            except RuntimeError:  # ScheduleError, InternalError: this nest cannot take the tile
                 continue
             out.append(new)
         return out
@@ -488,7 +488,7 @@ class PlainRule(PyScheduleRule):
                 for blk, nest in picks:
                     plain(new, new.get_sblock(blk.name_hint), nest, lanes,
                           self.config.max_unroll_vectors, parallel)
-            except tvm.TVMError:
+            except RuntimeError:  # TVM 0.27 has no tvm.TVMError: its errors are RuntimeErrors
                 continue
             out.append(new)
         return out
