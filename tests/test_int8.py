@@ -153,18 +153,31 @@ def _asm(executable) -> str:
     return "\n".join(out)
 
 
-def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path):
+def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path, monkeypatch):
     """MetaSchedule's MultiLevelTilingWithIntrin reaches VNNI (tune/vnni.py: the packed
     weight, the intrinsic with LLVM's int8x64 operands, no vectorized loop around it):
-    4 trials give a verified record whose kernel is vpdpbusd, and the tuned build
-    matches ONNX Runtime exactly."""
+    4 trials (8 at worst) give a verified record whose kernel is vpdpbusd, and the tuned build
+    matches ONNX Runtime exactly.
+
+    Candidates are timed against the loops here, not against the VNNI default schedule
+    an untuned int8 GEMM gets (test_untuned_int8_gemm_gets_vnni_by_default): 4 random
+    trials need not beat that one, and then no record is written (the default stays), so
+    the record and its fresh-process replay would be tested only by luck."""
     from tvm_fusion import load_target, tune
+    from tvm_fusion.tune import verify
 
     if not {"avx512_vnni"} & set(load_target("host").features):
         pytest.skip("this CPU has no AVX-512 VNNI")
+    monkeypatch.setattr(verify, "default_schedule", lambda mod, target, hw=None: mod)
     proto = oc.u8_matmul_integer()
     model = import_model(proto)
     report = tune(model, "host", trials=4, logs=tmp_path, progress=False, trials_per_batch=4)
+    if not all(t.best_us is not None for t in report.tasks):
+        # one batch of 4 left the kernel with no record in 1 of 9 runs on 2 loaded cores
+        # (cause not pinned down; the search samples on 2 threads, so seed 0 does not fix
+        # its candidates): a second batch, as a resumed tune gives it
+        report = tune(model, "host", trials=8, logs=tmp_path, progress=False,
+                      trials_per_batch=4)
     assert all(t.best_us is not None for t in report.tasks)
     compiled = compile_model(model, "host", logs=tmp_path)
     assert not compiled.untuned
