@@ -212,7 +212,7 @@ def write_table(rows, per_task: int, path: Path, qkv: dict | None = None) -> Non
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | " + " | ".join(["-"] * (len(head) - 2))
-                         + f" | skipped: {r['error']} |")
+                         + f" | skipped: {' '.join(str(r['error']).split())} |")
             continue
         cells = [r["model"], str(r["onnx_nodes"]), _cell(r, "before", None, "ops"),
                  _cell(r, "after", None, "ops"),
@@ -291,6 +291,7 @@ def main(argv=None) -> int:
             rows.append(bench_failed(name, e))
             print(f"{name}: skipped, {rows[-1]['error']}", file=sys.stderr)
         rows[-1]["wall_s"] = round(time.perf_counter() - t0)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
     if args.qkv:
         try:
@@ -298,6 +299,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001
             qkv = bench_failed(QKV_MODEL, e)
         doc["qkv"] = qkv
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
     write_table(rows, args.per_task, args.out.with_suffix(".md"), qkv)
     return 0
