@@ -134,10 +134,14 @@ def test_jit_builds_the_forced_layout_and_keeps_it_apart_in_the_cache(chain, tmp
     assert len(keys) == 3
 
 
-def test_a_model_convertlayout_cannot_take_plans_in_nchw_and_forcing_it_says_why(zoo_model):
-    """Magika (coverage corpus): Relax's ConvertLayout fails on its conv's neighbours
-    ("Invalid SLayout ... ABC"). `plan` crashed on every CPU target; now the planner keeps
-    NCHW and says why, and a forced NCHW{c}c is a PlanError naming the fix."""
+@pytest.mark.parametrize("name", ["magika", "nudenet-320n"])
+def test_a_model_convertlayout_cannot_take_plans_in_nchw_and_forcing_it_says_why(zoo_model,
+                                                                                 name):
+    """Coverage-corpus models Relax's ConvertLayout cannot convert: magika ("Invalid
+    SLayout ... ABC" next to its conv), nudenet-320n (YOLOv8's channel Split becomes slices
+    of 0 channels, and the next conv's legalization raises). `plan` crashed on every CPU
+    target; now the planner keeps NCHW and says why, and a forced NCHW{c}c is a PlanError
+    naming the fix."""
     import sys
     from pathlib import Path
     root = str(Path(__file__).resolve().parents[1])
@@ -145,7 +149,7 @@ def test_a_model_convertlayout_cannot_take_plans_in_nchw_and_forcing_it_says_why
         sys.path.insert(0, root)
     from benchmarks.corpus import CORPUS
 
-    spec = CORPUS["magika"].model
+    spec = CORPUS[name].model
     model = import_model(zoo_model(spec), spec.shapes)
     _, plan = plan_model(model.mod, "x86_avx512")
     assert plan.layout == "NCHW" and "ConvertLayout" in plan.layout_reason

@@ -103,7 +103,7 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
     if want != "auto":
         try:
             graph = graph_in_layout(mod, want)
-        except RuntimeError as err:  # TVM 0.27 raises its errors as RuntimeError subclasses
+        except (RuntimeError, ValueError) as err:  # TVM 0.27: RuntimeError subclasses; its Python legalizers: ValueError
             why = " ".join(str(err).strip().splitlines()[-1:])[:200]
             raise PlanError(f"layout {want} cannot be applied to this model: TVM's "
                             f"ConvertLayout failed ({why}); use --layout auto or nchw") from err
@@ -123,10 +123,11 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
         if k:
             graph = build_graph(blocked_mod)
             plan = make_plan(graph, hw)
-    except RuntimeError as err:  # TVM 0.27 raises its errors as RuntimeError subclasses
+    except (RuntimeError, ValueError) as err:  # TVM 0.27: RuntimeError subclasses; its Python legalizers: ValueError
         # Relax's ConvertLayout has no rule for some ops next to a conv (magika's
-        # 3-D tensors: "Invalid SLayout: can't find S in source layout ABC"): the model
-        # still plans and runs in its own layout
+        # 3-D tensors: "Invalid SLayout: can't find S in source layout ABC"), or converts
+        # YOLOv8's channel Split into slices of 0 channels (nudenet-320n: the next conv's
+        # legalization raises ValueError): the model still plans and runs in its own layout
         why = " ".join(str(err).strip().splitlines()[-1:])[:200]
         return base_graph, dataclasses.replace(base, layout_reason=(
             f"{name} conversion failed in TVM's ConvertLayout ({why}): NCHW"))
