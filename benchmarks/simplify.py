@@ -11,8 +11,8 @@ parallel matmuls combined); "after" is what every command builds by default.
 
 The models are the zoo's plus ``ppocr-cls-wrapped`` (PP-OCR's classifier with NCHW<->NHWC
 Transpose pairs and identity Casts around every Conv, :mod:`benchmarks.wrapped`); with
-``--corpus``, the coverage corpus' other models too (:mod:`benchmarks.corpus`; untuned
-only, a model that fails is a row with the reason). ``--qkv`` adds a row pair for
+``--corpus``, the coverage corpus' other models too (:mod:`benchmarks.corpus`; untuned, or
+tuned with ``--corpus-per-task N``; a model that fails is a row with the reason). ``--qkv`` adds a row pair for
 MiniLM-L3: the simplified graph with its Q/K/V matmuls combined (``combine="on"``)
 against apart (``"off"``), with the planner's own decision for the host.
 
@@ -152,7 +152,7 @@ def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log) -> dict
 
 def bench_model(name: str, per_task: int, log=print) -> dict:
     proto = _source(name)
-    row: dict = {"model": name, "onnx_nodes": len(proto.graph.node)}
+    row: dict = {"model": name, "onnx_nodes": len(proto.graph.node), "per_task": per_task}
     before = _import(name, proto, simplify=False)
     t0 = time.perf_counter()
     after = _import(name, proto)
@@ -206,7 +206,7 @@ def write_table(rows, per_task: int, path: Path, qkv: dict | None = None) -> Non
     head = ["model", "ONNX nodes", "Relax ops before", "after", "kernels before", "after",
             "untuned ms before", "after"]
     if per_task:
-        head += [f"tuned ({per_task}/task) ms before", "after", "tasks before", "after"]
+        head += ["trials/task", "tuned ms before", "after", "tasks before", "after"]
     head += ["matches ORT", "what simplification did"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -220,6 +220,7 @@ def write_table(rows, per_task: int, path: Path, qkv: dict | None = None) -> Non
                  _cell(r, "before", "untuned", "median_ms", "{:.2f}"),
                  _cell(r, "after", "untuned", "median_ms", "{:.2f}")]
         if per_task:
+            cells += [str(r.get("per_task", per_task) or "-")]
             cells += [_cell(r, k, "tuned", f, fmt) for f, fmt in (("median_ms", "{:.2f}"),
                                                                    ("tasks", "{}"))
                       for k in ("before", "after")]
@@ -271,18 +272,21 @@ def main(argv=None) -> int:
                    help="also tune every --models graph before and after with this many "
                         "trials per kernel (0: untuned only)")
     p.add_argument("--corpus", nargs="?", const="all", default=None, metavar="NAMES",
-                   help="add the coverage corpus' other models (untuned only): all of them, "
-                        "or the comma-separated NAMES")
+                   help="add the coverage corpus' other models: all of them, or the "
+                        "comma-separated NAMES")
+    p.add_argument("--corpus-per-task", type=int, default=0, metavar="N",
+                   help="tune the --corpus models too, with N trials per kernel (0: untuned "
+                        "only; the corpus is large, so 1-2 is the useful range here)")
     p.add_argument("--qkv", action="store_true",
                    help=f"add {QKV_MODEL} with its Q/K/V matmuls combined against apart")
     p.add_argument("--out", type=Path, default=HERE / "results-simplify.json")
     args = p.parse_args(argv)
     jobs = [(n, args.per_task) for n in filter(None, args.models.split(","))]
     if args.corpus:
-        jobs += [(n, 0) for n in (_corpus_names() if args.corpus == "all"
+        jobs += [(n, args.corpus_per_task) for n in (_corpus_names() if args.corpus == "all"
                                   else args.corpus.split(","))]
     rows, qkv = [], None
-    doc = {"per_task": args.per_task, "rows": rows}
+    doc = {"per_task": args.per_task or args.corpus_per_task, "rows": rows}
     for name, per_task in jobs:
         t0 = time.perf_counter()
         try:
@@ -301,7 +305,7 @@ def main(argv=None) -> int:
         doc["qkv"] = qkv
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    write_table(rows, args.per_task, args.out.with_suffix(".md"), qkv)
+    write_table(rows, args.per_task or args.corpus_per_task, args.out.with_suffix(".md"), qkv)
     return 0
 
 
