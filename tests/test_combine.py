@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm_fusion import build_graph, compile_model, import_model, load_module, tune
 from tvm_fusion.errors import PlanError
 from tvm_fusion.targets import load_target
-from tvm_fusion.plan import (FusionPlan, describe_plan, graph_for_plan, plan_fusion,
-                             plan_model)
+from tvm_fusion.plan import (FusionPlan, choose_combine, choose_layout, describe_plan,
+                             graph_for_plan, make_plan, plan_fusion, plan_model)
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.simplify.block import count_ops
 from tvm_fusion.simplify.parallel import combine_matmuls, parallel_matmuls
@@ -38,6 +38,64 @@ def qkv(rows: int, k: int, n: int, seed: int = 0) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def stacked(seed: int = 1) -> onnx.ModelProto:
+    """Three Q/K/V groups: two small ones in a chain (``a`` -> q, k, v -> q*k + v -> q,
+    k, v) and a large one on a second input ``b``."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def three(x, k, n, tag):
+        for w in "qkv":
+            nodes.extend([helper.make_node("MatMul", [x, f"W{tag}{w}"], [f"m{tag}{w}"]),
+                          helper.make_node("Add", [f"m{tag}{w}", f"b{tag}{w}"], [f"{tag}{w}"])])
+            inits.extend([
+                numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32),
+                                        f"W{tag}{w}"),
+                numpy_helper.from_array(rng.standard_normal(n).astype(np.float32),
+                                        f"b{tag}{w}")])
+        return [f"{tag}{w}" for w in "qkv"]
+
+    q, k, v = three("a", 32, 16, "one")
+    nodes += [helper.make_node("Mul", [q, k], ["qk"]), helper.make_node("Add", ["qk", v], ["s"])]
+    outs = ([helper.make_tensor_value_info(y, F, [1, 16, 16]) for y in three("s", 16, 16, "two")]
+            + [helper.make_tensor_value_info(y, F, [1, 512, 1024])
+               for y in three("b", 1024, 1024, "big")])
+    graph = helper.make_graph(
+        nodes, "stacked", [helper.make_tensor_value_info("a", F, [1, 16, 32]),
+                           helper.make_tensor_value_info("b", F, [1, 512, 1024])],
+        outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph():
+    """Issue 22: one planning pass per group made plcmos' plan (38 groups) take minutes.
+    Three groups now cost two passes (all combined; the chosen ones), and each group's
+    numbers are those of a plan where only it is combined."""
+    model = import_model(stacked())
+    hw = load_target(TARGET)
+    passes = []
+
+    def counted(graph, target):
+        passes.append(len(graph.nodes))
+        return make_plan(graph, target)
+
+    graph, separate = choose_layout(model.mod, hw, counted)
+    assert len(passes) == 1 and len(parallel_matmuls(model.mod)) == 3
+    _, plan = choose_combine(model.mod, hw, counted, graph, separate)
+    assert len(passes) == 3  # the all-combined graph, then the graph with the chosen two
+    assert [d.combined for d in plan.combine] == [True, True, False]
+    for d in plan.combine:
+        alone = plan_fusion(build_graph(combine_matmuls(model.mod, {d.index})[0]), hw)
+        assert d.separate_us - d.combined_us == pytest.approx(separate.est_us - alone.est_us,
+                                                              abs=1e-6)
+        assert (d.separate_kernels - d.combined_kernels
+                == len(separate.groups) - len(alone.groups))
+    assert len(plan.groups) == len(separate.groups) - sum(
+        d.separate_kernels - d.combined_kernels for d in plan.combine if d.combined)
 
 
 @pytest.fixture(scope="module")

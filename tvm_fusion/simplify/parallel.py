@@ -129,6 +129,10 @@ class MatmulCombiner(BlockRewriter):
         super().__init__(mod)
         self.combined = 0
         self.groups: tuple[ParallelMatmuls, ...] = ()
+        # per combined group: the Relax names it replaced (siblings, bias adds) and the
+        # names of what it emitted, so a planner can tell each group's kernels apart
+        self.replaced: dict[int, tuple[str, ...]] = {}
+        self.emitted: dict[int, tuple[str, ...]] = {}
         self._first: dict = {}   # first sibling's var -> (group, [sibling vars])
         self._slice: dict = {}   # replaced var (sibling, or its bias add) -> (split, index)
         scanned, self._values, adds = _scan(mod)
@@ -146,19 +150,24 @@ class MatmulCombiner(BlockRewriter):
             return None
         group, siblings = self._first[var]
         weights = [const_value(self._values[v].args[1]) for v in siblings]
+        name = f"combined{group.index}"  # one name per group (names are not uniquified)
         out = self.emit(relax.op.matmul(self.arg(value.args[0]),
-                                        relax.const(np.concatenate(weights, axis=1))),
-                        "combined")
+                                        relax.const(np.concatenate(weights, axis=1))), name)
+        emitted = [out]
         ends = siblings
         if group.bias:
             bias = np.concatenate([self._adds[v][1] for v in siblings])
             out = self.emit(relax.op.add(out, relax.const(bias.astype(weights[0].dtype))),
-                            "combined_bias")
+                            f"{name}_bias")
+            emitted.append(out)
             ends = [self._adds[v][0] for v in siblings]
         cuts = [int(c) for c in np.cumsum(group.widths)[:-1]]
-        split = self.emit(relax.op.split(out, cuts, axis=-1), "parts")
+        split = self.emit(relax.op.split(out, cuts, axis=-1), f"{name}_parts")
+        emitted.append(split)
         for i, v in enumerate(ends):
             self._slice[v] = (split, i)
+        self.replaced[group.index] = tuple(v.name for v in dict.fromkeys((*siblings, *ends)))
+        self.emitted[group.index] = tuple(v.name for v in emitted)
         self.combined += len(siblings) - 1
         if group.bias:  # the sibling itself is now read by nothing: dead code
             return None
@@ -173,7 +182,14 @@ def combine_matmuls(mod, only=None):
     (tvm.IRModule, int)
         The module (dead siblings removed) and the number of matmuls merged away.
     """
+    new, combiner = traced_combine(mod, only)
+    return new, combiner.combined
+
+
+def traced_combine(mod, only=None):
+    """As :func:`combine_matmuls`, with the combiner: its ``replaced`` and ``emitted``
+    name, per combined group, the Relax variables that group removed and added."""
     combiner = MatmulCombiner(mod, only)
     new = combiner.run()
     return relax.transform.DeadCodeElimination()(
-        relax.transform.CanonicalizeBindings()(new)), combiner.combined
+        relax.transform.CanonicalizeBindings()(new)), combiner
