@@ -71,11 +71,41 @@ def stacked(seed: int = 1) -> onnx.ModelProto:
     return model
 
 
-def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph():
+def tangled(seed: int = 2) -> onnx.ModelProto:
+    """Two Q/K groups (on inputs ``a`` and ``b``) whose outputs meet in one elementwise
+    chain: combined, both groups' splits land in one kernel."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    for x in "ab":
+        for w in "qk":
+            nodes += [helper.make_node("MatMul", [x, f"W{x}{w}"], [f"m{x}{w}"]),
+                      helper.make_node("Add", [f"m{x}{w}", f"b{x}{w}"], [f"{x}{w}"])]
+            inits += [numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32),
+                                              f"W{x}{w}"),
+                      numpy_helper.from_array(rng.standard_normal(16).astype(np.float32),
+                                              f"b{x}{w}")]
+    nodes += [helper.make_node("Add", ["aq", "bq"], ["s"]),
+              helper.make_node("Mul", ["ak", "bk"], ["t"]),
+              helper.make_node("Add", ["s", "t"], ["o"])]
+    graph = helper.make_graph(
+        nodes, "tangled", [helper.make_tensor_value_info(x, F, [1, 16, 32]) for x in "ab"],
+        [helper.make_tensor_value_info("o", F, [1, 16, 16])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("make_model, passes_wanted, combined", [
+    (stacked, 2, [True, True, False]),  # the all-combined graph, then the chosen two
+    (tangled, 3, [True, True]),  # one kernel holds both: each planned alone (all chosen)
+])
+def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph(
+        make_model, passes_wanted, combined):
     """Issue 22: one planning pass per group made plcmos' plan (38 groups) take minutes.
-    Three groups now cost two passes (all combined; the chosen ones), and each group's
+    Groups are priced from one plan of the all-combined graph (and the chosen ones
+    planned together), except those whose kernels cannot be told apart; every group's
     numbers are those of a plan where only it is combined."""
-    model = import_model(stacked())
+    model = import_model(make_model())
     hw = load_target(TARGET)
     passes = []
 
@@ -84,10 +114,10 @@ def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph():
         return make_plan(graph, target)
 
     graph, separate = choose_layout(model.mod, hw, counted)
-    assert len(passes) == 1 and len(parallel_matmuls(model.mod)) == 3
+    assert len(passes) == 1 and len(parallel_matmuls(model.mod)) == len(combined)
     _, plan = choose_combine(model.mod, hw, counted, graph, separate)
-    assert len(passes) == 3  # the all-combined graph, then the graph with the chosen two
-    assert [d.combined for d in plan.combine] == [True, True, False]
+    assert len(passes) == 1 + passes_wanted
+    assert [d.combined for d in plan.combine] == combined
     for d in plan.combine:
         alone = plan_fusion(build_graph(combine_matmuls(model.mod, {d.index})[0]), hw)
         assert d.separate_us - d.combined_us == pytest.approx(separate.est_us - alone.est_us,
