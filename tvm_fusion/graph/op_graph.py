@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import tvm
@@ -128,7 +129,7 @@ class OpGraph:
                 users[i].append(n.id)
         return users
 
-    @property
+    @cached_property  # the planner's caches look it up per kernel (plcmos: 4000 times)
     def signature(self) -> str:
         """Hash of the node list; a plan made for another graph is refused by it."""
         rows = [[n.op, n.kind, list(n.inputs), list(n.shape), n.dtype]

@@ -112,7 +112,11 @@ class CostPlanner:
         """Independent pairs of groups that read a common producer's result (those with
         ``gid`` only, when given)."""
         gg, pairs = self.gg, set()
-        for node in self.graph.nodes:
+        # a pair with ``gid`` reads a result ``gid`` reads: only its producers can have one
+        nodes = (self.graph.nodes if gid is None else
+                 [self.graph.nodes[p] for p in sorted({p for n in gg.members[gid]
+                                                       for p in self.graph.nodes[n].inputs})])
+        for node in nodes:
             readers = sorted({gg.group_of[u] for u in gg.users[node.id]}
                              - {gg.group_of[node.id]})
             for i, a in enumerate(readers):
