@@ -385,3 +385,36 @@ def qdq_matmul_s8(rows=128, k=256, n=128, seed=0) -> onnx.ModelProto:
         [const("sx", 0.02), const("zx", 0, np.int8),
          nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
          const("sw", 0.004), const("zw", 0, np.int8), const("sy", 0.1), const("zy", 0, np.int8)])
+
+
+def qdq_convs(channels=16, size=8, seed=0) -> onnx.ModelProto:
+    """QDQ as quantize_static writes it, with scales that are powers of two (so that
+    every float step is exact and ONNX Runtime's output is bit-exact to compare with):
+    x -> Q -> DQ -> Conv 1x1 (2x the channels, per-channel int8 weight, bias) -> Relu
+    -> Q -> DQ -> Conv 3x3 (padded: the zero point 3 must pad) -> Q -> DQ -> y."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    w1 = rng.integers(-127, 128, (2 * c, c, 1, 1)).astype(np.int8)
+    w2 = rng.integers(-127, 128, (c, 2 * c, 3, 3)).astype(np.int8)
+    inits = [
+        const("s0", 2.0 ** -5), const("z0", 128, np.uint8),
+        nh.from_array(w1, "w1"), const("w1s", 2.0 ** -rng.integers(7, 10, 2 * c)),
+        const("w1z", np.zeros(2 * c), np.int8),
+        const("b1", rng.integers(-64, 64, 2 * c) * 2.0 ** -9),
+        const("s1", 2.0 ** -2), const("z1", 3, np.uint8),
+        nh.from_array(w2, "w2"), const("w2s", 2.0 ** -9), const("w2z", 0, np.int8),
+        const("s2", 2.0 ** -1), const("z2", 100, np.uint8),
+    ]
+    return make("qdq_convs", [
+        h.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+        h.make_node("DequantizeLinear", ["w1", "w1s", "w1z"], ["w1d"], axis=0),
+        h.make_node("Conv", ["xd", "w1d", "b1"], ["c1"], name="conv1x1"),
+        h.make_node("Relu", ["c1"], ["r1"]),
+        h.make_node("QuantizeLinear", ["r1", "s1", "z1"], ["r1q"]),
+        h.make_node("DequantizeLinear", ["r1q", "s1", "z1"], ["r1d"]),
+        h.make_node("DequantizeLinear", ["w2", "w2s", "w2z"], ["w2d"]),
+        h.make_node("Conv", ["r1d", "w2d"], ["c2"], pads=[1, 1, 1, 1], name="conv3x3"),
+        h.make_node("QuantizeLinear", ["c2", "s2", "z2"], ["c2q"]),
+        h.make_node("DequantizeLinear", ["c2q", "s2", "z2"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, c, size, size])], inits)

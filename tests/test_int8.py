@@ -225,6 +225,30 @@ def test_untuned_int8_gemm_gets_vnni_by_default(rows, tmp_path):
     np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])
 
 
+def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path):
+    """QDQ convs in NCHW16c (a 1x1 and a padded 3x3, graph/int8_conv.py) take the form of
+    TVM's conv2d_NCHWc_int8 and, untuned, run on VNNI (tune/vnni.schedule_conv_vnni)
+    where this CPU has it; the scales are powers of two, so ONNX Runtime's output is
+    exact and ours must equal it bit for bit, the zero point padding the 3x3 included."""
+    from tvm_fusion import load_target
+
+    proto = oc.qdq_convs()
+    model = import_model(proto)
+    compiled = compile_model(model, "host", layout="nchwc")
+    convs = [g for g in compiled.plan.groups if any(o.startswith("conv2d_NCHWc_int8")
+                                                     for o in g.ops)]
+    assert len(convs) == 2, [g.ops for g in compiled.plan.groups]
+    assert all("int8 GEMM priced on" in g.reason for g in convs)
+    if "avx512_vnni" in load_target("host").features:
+        assert compiled.untuned and "vpdpbusd" in _asm(compiled.executable)
+    module = load_module(compiled.export(tmp_path / "convs.so"))
+    inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]  # the input's range
+    got = module(*inputs)
+    want = run_onnxruntime(proto, inputs)[0]
+    assert np.unique(want).size > 40  # not a saturated output
+    np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)
+
+
 @pytest.mark.parametrize("target, together", [("x86_avx512", True), ("a100", False)])
 def test_dynamic_quantize_min_and_max_may_share_a_kernel_on_cpus(target, together):
     """DynamicQuantizeLinear's min and max reductions read the same tensor: on a CPU they

@@ -8,7 +8,8 @@ broadcast ops, ``mean`` (global average pooling, squeeze-excite), ``max_pool2d``
 ``avg_pool2d`` and ``concat`` of blocked tensors stay blocked, and a ``layout_transform``
 is inserted wherever an op needs NCHW (``resize2d``, reshapes, the model's outputs). The
 weights' OIHW -> OIHW{c}o transforms are constants and fold at once (``FoldConstant``),
-so they never run per inference.
+so they never run per inference. Blocked integer convs take the form of TVM's
+``conv2d_NCHWc_int8``, whose weight layout VNNI reads (:mod:`.int8_conv`).
 
 TVM's default legalization refuses packed conv layouts; :func:`legalize_packed_conv2d`
 (in the graph stage's legalization map) lowers them, as TVM's Adreno backend does with
@@ -29,6 +30,7 @@ from tvm.relax.transform.legalize_ops import nn as stock
 from tvm.topi.utils import get_const_tuple
 
 from ..errors import PlanError
+from .int8_conv import vnni_form_convs
 
 NCHW = "NCHW"
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -78,7 +80,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
         # ConvertLayout blocks a tensor once per blocked reader (a residual's two paths)
         relax.transform.EliminateCommonSubexpr(),
     ])
-    return seq(mod)
+    return vnni_form_convs(seq(mod))
 
 
 def _clip_as_max_min(func: relax.Function) -> relax.Function:

@@ -11,6 +11,7 @@ during that one import we hand it a stack with context for those frames alone.
 from __future__ import annotations
 
 import inspect
+import linecache
 import sys
 
 _CONTEXT_FRAMES = 4
@@ -22,8 +23,16 @@ def _light_stack(context: int = 1):
     records = []
     while frame is not None:
         if len(records) < _CONTEXT_FRAMES:
-            info = inspect.getframeinfo(frame, context)
-            records.append(inspect.FrameInfo(frame, *info))
+            # the lines straight from linecache: inspect.getframeinfo looks the file's
+            # module up among all of sys.modules, 50 ms a call in a process that has
+            # loaded ONNX, TVM and the package (38 s for the import, not 1)
+            code = frame.f_code
+            lines = linecache.getlines(code.co_filename, frame.f_globals)
+            start = max(frame.f_lineno - 1 - context // 2, 0)
+            start = max(min(start, len(lines) - context), 0)
+            records.append(inspect.FrameInfo(
+                frame, code.co_filename, frame.f_lineno, code.co_name,
+                lines[start:start + context] or None, frame.f_lineno - 1 - start if lines else None))
         else:
             code = frame.f_code
             records.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno,
@@ -64,12 +73,11 @@ def register_vnni_intrin() -> str:
     """Register :data:`VNNI_INTRIN` once (idempotent); returns its name.
 
     TVM 0.27's ``dot_16x4_vnni`` with the operands of ``llvm.x86.avx512.vpdpbusd.512`` as
-    the wheel's LLVM declares them (``<64 x i8>``; see :mod:`tvm_fusion.tune.vnni`)."""
-    if "tvm.s_tir.tensor_intrin" not in sys.modules:  # the light import, which calls us
-        import_tensor_intrinsics()
-        return VNNI_INTRIN
+    the wheel's LLVM declares them (``<64 x i8>``; see :mod:`tvm_fusion.tune.vnni`). The
+    description is TVM's ``dot_product_16x4_u8i8i32_desc``, restated here so that a
+    process that only tensorizes with ours (the default int8 schedules, ``compile``) does
+    not parse TVM's 249 intrinsics (17-38 s on this machine's loaded cores, not 0.1 s)."""
     from tvm.s_tir import TensorIntrin
-    from tvm.s_tir.tensor_intrin.x86 import dot_product_16x4_u8i8i32_desc
     from tvm.script import tirx as T
 
     try:
@@ -77,6 +85,19 @@ def register_vnni_intrin() -> str:
         return VNNI_INTRIN
     except Exception:  # noqa: BLE001 - not registered yet
         pass
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), "uint8", offset_factor=1),
+             B: T.Buffer((16, 4), "int8", offset_factor=1),
+             C: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
@@ -93,5 +114,5 @@ def register_vnni_intrin() -> str:
                 B.vload([0, 0], dtype="int8x64"),
                 dtype="int32x16")
 
-    TensorIntrin.register(VNNI_INTRIN, dot_product_16x4_u8i8i32_desc, impl)
+    TensorIntrin.register(VNNI_INTRIN, desc, impl)
     return VNNI_INTRIN

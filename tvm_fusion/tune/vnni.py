@@ -23,6 +23,7 @@ vectorized, and the schedule computes the same thing.
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
@@ -103,13 +104,58 @@ def _divisor(extent: int, choices) -> int:
     return next(c for c in choices if extent % c == 0)
 
 
+def _around(sch, name: str) -> list[str]:
+    """Prepare the blocks around the GEMM block ``name``: those before it (a padding, a
+    fused producer) stay loop nests of their own, parallel (inlined, they would break
+    the tensorized read); those after it (zero point, scales, bias, activation,
+    requantize) are inlined into the last. Returns the names after it."""
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    at = names.index(name)
+    for other in names[:at]:
+        try:
+            sch.parallel(sch.get_loops(sch.get_sblock(other))[0])
+        except Exception:  # noqa: BLE001 - left serial
+            pass
+    for other in names[at + 1:-1]:
+        try:
+            sch.compute_inline(sch.get_sblock(other))
+        except Exception:  # noqa: BLE001 - stays its own loop nest
+            pass
+    return names[at + 1:]
+
+
+def _shape(sch, block) -> list[int]:
+    return [int(d) for d in sch.get(block).writes[0].buffer.shape]
+
+
+def _epilogue_at(sch, last: str, tile, producer) -> None:
+    """The kernel's last (epilogue) block computed at ``tile``, vectorized by 16, when
+    it writes one element per element of ``producer``'s; else its own parallel loop
+    nest (TVM's reverse_compute_at drops the border of a padding epilogue: the zero
+    point a next conv pads with, which reads no accumulator)."""
+    block = sch.get_sblock(last)
+    try:
+        if np.prod(_shape(sch, block)) != np.prod(_shape(sch, producer)):
+            raise ValueError("not one output element per accumulator")
+        sch.reverse_compute_at(block, tile)
+        inner = sch.get_loops(block)[1:]
+        fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
+        if int(sch.get(fused).extent) % 16 == 0:
+            sch.vectorize(sch.split(fused, [None, 16])[1])
+    except Exception:  # noqa: BLE001 - an epilogue that does not map onto the tile
+        try:
+            sch.parallel(sch.get_loops(sch.get_sblock(last))[0])
+        except Exception:  # noqa: BLE001 - left serial
+            pass
+
+
 def schedule_packed_vnni(func):
     """``func`` (a PrimFunc with a :data:`PACKED_BLOCK`) scheduled on VNNI, or None when
     it has no such block or its shape does not tile (output columns not a multiple of 16).
 
-    The other blocks of the fused kernel (zero point, scales, bias, activation) are
-    inlined into the last one, which runs at the tile, vectorized; the caller checks the
-    target has ``avx512_vnni``."""
+    The blocks after it (zero point, scales, bias, activation) are inlined into the
+    last one, which runs at the tile, vectorized (:func:`_around`); the caller checks
+    the target has ``avx512_vnni``."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
@@ -124,15 +170,8 @@ def schedule_packed_vnni(func):
     extents = [int(sch.get(lp).extent) for lp in spatial]
     if extents[-1] % 16 or len(spatial) < 2:
         return None
-    import_tensor_intrinsics()  # TVM's (with the light stack: 1 s, not 24) and ours
-    root = sch.get_sblock("root")
-    others = [sch.get(b).name_hint for b in sch.get_child_blocks(root)
-              if sch.get(b).name_hint != PACKED_BLOCK]
-    for name in others[:-1]:  # the epilogue's steps, into its last block
-        try:
-            sch.compute_inline(sch.get_sblock(name))
-        except Exception:  # noqa: BLE001 - stays its own loop nest
-            pass
+    register_vnni_intrin()  # ours alone: TVM's registry takes 17-38 s to import here
+    after = _around(sch, PACKED_BLOCK)
     rows = 1
     for e in extents[:-1]:
         rows *= e
@@ -142,21 +181,60 @@ def schedule_packed_vnni(func):
     sch.reorder(m_o, n_o, k_o, m_i, n_j, n_i)
     tile = sch.fuse(m_o, n_o)
     sch.parallel(tile)
-    if others:
-        last = sch.get_sblock(others[-1])
-        try:  # the epilogue of the tile right after it, while its accumulators are hot
-            sch.reverse_compute_at(last, tile)
-            inner = sch.get_loops(last)[1:]
-            fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
-            if int(sch.get(fused).extent) % 16 == 0:
-                sch.vectorize(sch.split(fused, [None, 16])[1])
-        except Exception:  # noqa: BLE001 - an epilogue that does not map onto the tile:
-            try:  # its own loop nest, parallel
-                sch.parallel(sch.get_loops(sch.get_sblock(others[-1]))[0])
-            except Exception:  # noqa: BLE001 - left serial
-                pass
+    if after:  # the epilogue of the tile right after it, while its accumulators are hot
+        _epilogue_at(sch, after[-1], tile, blk)
     sch.decompose_reduction(blk, k_o)
     sch.tensorize(n_i, VNNI_INTRIN)
     sch.unroll(m_i)
     sch.unroll(n_j)
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+# The default schedule of a blocked int8 conv (graph/int8_conv.py, topi's
+# conv2d_NCHWc_int8 compute): the GEMM's register tile with output columns as rows: RW
+# output pixels of a row x RC blocks of 16 output channels, at most 24 accumulators
+# (each vpdpbusd adds 4 input channels); the reduction (input blocks, kernel window,
+# groups of 4 channels) outside the tile, the tiles parallel, the epilogue at the tile.
+CONV_BLOCK = "conv2d_NCHWc_int8"
+_CONV_PIXELS = (8, 7, 6, 4, 2, 1)
+_CONV_BLOCKS = (4, 3, 2, 1)
+_MAX_ACC = 24
+
+
+def schedule_conv_vnni(func):
+    """``func`` (a PrimFunc with a :data:`CONV_BLOCK`) scheduled on VNNI, or None when it
+    has no such block or it does not tensorize (the caller checks ``avx512_vnni``).
+
+    The blocks around it as in :func:`schedule_packed_vnni`."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    try:
+        blk = sch.get_sblock(CONV_BLOCK)
+    except Exception:  # noqa: BLE001 - no blocked int8 conv in this kernel
+        return None
+    loops = sch.get_loops(blk)
+    if len(loops) != 10:
+        return None
+    n, occ, oh, ow, ocb, ico, kh, kw, icf, ics = loops
+    if int(sch.get(ocb).extent) != 16 or int(sch.get(ics).extent) != 4:
+        return None
+    register_vnni_intrin()
+    after = _around(sch, CONV_BLOCK)
+    rw = _divisor(int(sch.get(ow).extent), _CONV_PIXELS)
+    rc = _divisor(int(sch.get(occ).extent), [c for c in _CONV_BLOCKS if c * rw <= _MAX_ACC])
+    ow_o, ow_i = sch.split(ow, [None, rw])
+    occ_o, occ_i = sch.split(occ, [None, rc])
+    sch.reorder(n, occ_o, oh, ow_o, ico, kh, kw, icf, occ_i, ow_i, ocb, ics)
+    tile = sch.fuse(n, occ_o, oh, ow_o)
+    sch.parallel(tile)
+    if after:
+        _epilogue_at(sch, after[-1], tile, blk)
+    try:
+        sch.decompose_reduction(blk, ico)
+        sch.tensorize(ocb, VNNI_INTRIN)
+    except Exception:  # noqa: BLE001 - a form the intrinsic does not match
+        return None
+    sch.unroll(occ_i)
+    sch.unroll(ow_i)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
