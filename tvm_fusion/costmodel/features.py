@@ -27,6 +27,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from ..targets import HardwareTarget
+from ..tune.fast_import import import_tensor_intrinsics
 
 FEATURE_VERSION = 1
 STORE_DIM = 164  # MetaSchedule's per-store-feature with its default arguments
@@ -118,6 +119,8 @@ class FeatureBuilder:
         if not candidates:
             return []
         if context is None:
+            # a TuneContext imports TVM's tensor intrinsics the slow way (25 s) on first use
+            import_tensor_intrinsics()
             context = ms.TuneContext(mod=mod, target=self._target)
         per_store = self._extractor.extract_from(context, candidates)
         tail = np.concatenate([self.group_row(mod), self.hw_row])
