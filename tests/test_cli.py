@@ -52,6 +52,30 @@ def test_plan_writes_json(tmp_path):
     assert cost["planner"] == "cost" and len(cost["groups"]) <= 7
 
 
+def test_plan_says_its_stages_once_it_takes_a_while():
+    """``plan`` shows each stage on stderr once planning has taken ``after_s`` (0 here:
+    at once); a quick plan, or --quiet, says nothing."""
+    import io
+
+    from tvm_fusion.tune.progress import Stages
+
+    out = io.StringIO()
+    stages = Stages("plan", after_s=0, stream=out)
+    stages("planning 670 ops")
+    stages("Q/K/V: planning the graph with all 38 groups of parallel matmuls combined")
+    stages.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split("] ", 1)[-1] for line in lines[:2]] == [
+        "planning 670 ops",
+        "Q/K/V: planning the graph with all 38 groups of parallel matmuls combined"]
+    assert lines[0].startswith("plan: [") and lines[2].startswith("plan: done in")
+    for quiet in (Stages("plan", after_s=3600, stream=io.StringIO()),
+                  Stages("plan", after_s=0, enabled=False, stream=io.StringIO())):
+        quiet("planning 670 ops")
+        quiet.close()
+        assert quiet.stream.getvalue() == ""
+
+
 def test_errors_name_the_problem(tmp_path):
     proc = cli("plan", tmp_path / "nope.onnx", check=False)
     assert proc.returncode == 2 and "nope.onnx" in proc.stderr

@@ -113,11 +113,16 @@ def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph(
         passes.append(len(graph.nodes))
         return make_plan(graph, target)
 
-    graph, separate = choose_layout(model.mod, hw, counted)
+    said = []  # what `tvm-fusion plan` shows on stderr when planning takes a while
+    graph, separate = choose_layout(model.mod, hw, counted, say=said.append)
     assert len(passes) == 1 and len(parallel_matmuls(model.mod)) == len(combined)
-    _, plan = choose_combine(model.mod, hw, counted, graph, separate)
+    _, plan = choose_combine(model.mod, hw, counted, graph, separate, say=said.append)
     assert len(passes) == 1 + passes_wanted
     assert [d.combined for d in plan.combine] == combined
+    assert said[:2] == ["building the graph", f"planning {passes[0]} ops"]
+    assert said[2] == (f"Q/K/V: planning the graph with all {len(combined)} groups of "
+                       "parallel matmuls combined")
+    assert len(said) == 1 + len(passes)  # one line per planning pass
     for d in plan.combine:
         alone = plan_fusion(build_graph(combine_matmuls(model.mod, {d.index})[0]), hw)
         assert d.separate_us - d.combined_us == pytest.approx(separate.est_us - alone.est_us,

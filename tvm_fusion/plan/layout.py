@@ -79,8 +79,8 @@ def _conv_compute_us(graph: OpGraph, hw) -> float:
                if n.op.startswith("conv2d"))
 
 
-def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
-               ) -> tuple[OpGraph, FusionPlan]:
+def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto",
+                  say=None) -> tuple[OpGraph, FusionPlan]:
     """Choose the layout of ``mod``'s convolutions on ``hw``, build its graph and plan it.
 
     Parameters
@@ -93,23 +93,30 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
     layout : str
         ``auto`` (by predicted time on CPU targets, NCHW on GPUs), ``nchw``, ``nchwc``
         (NCHW{c}c for the target's vector width) or an explicit ``NCHW{c}c``.
+    say : callable, optional
+        Told each stage as it begins (``say("planning 120 ops")``).
 
     Returns
     -------
     (OpGraph, FusionPlan)
         The plan carries ``layout`` and ``layout_reason``.
     """
+    say = say or (lambda stage: None)
     want = resolve_layout(layout, hw)
     if want != "auto":
+        say(f"layout {want}: building the graph")
         try:
             graph = graph_in_layout(mod, want)
         except (RuntimeError, ValueError) as err:  # TVM 0.27: RuntimeError subclasses; its Python legalizers: ValueError
             why = " ".join(str(err).strip().splitlines()[-1:])[:200]
             raise PlanError(f"layout {want} cannot be applied to this model: TVM's "
                             f"ConvertLayout failed ({why}); use --layout auto or nchw") from err
+        say(f"layout {want}: planning {len(graph.nodes)} ops")
         plan = make_plan(graph, hw)
         return graph, dataclasses.replace(plan, layout=want, layout_reason=f"forced ({layout})")
+    say("building the graph")
     base_graph = build_graph(mod)
+    say(f"planning {len(base_graph.nodes)} ops")
     base = make_plan(base_graph, hw)
     if hw.family != "cpu":
         return base_graph, dataclasses.replace(
@@ -118,10 +125,12 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto"
     if not count_blocked_convs(mod)[1]:  # no conv: skip the second graph
         return base_graph, dataclasses.replace(base, layout_reason="no conv2d: NCHW")
     try:
+        say(f"layout {name}: converting and building the graph")
         blocked_mod = convert_layout(mod, name)
         k, total = count_blocked_convs(blocked_mod)
         if k:
             graph = build_graph(blocked_mod)
+            say(f"layout {name}: planning {len(graph.nodes)} ops")
             plan = make_plan(graph, hw)
     except (RuntimeError, ValueError) as err:  # TVM 0.27: RuntimeError subclasses; its Python legalizers: ValueError
         # Relax's ConvertLayout has no rule for some ops next to a conv (magika's

@@ -1,8 +1,10 @@
-"""A one-line progress bar for tuning: trials, best predicted model latency, ETA."""
+"""Progress on stderr: a one-line bar for tuning (trials, best predicted model latency,
+ETA), and the stage a long command such as ``plan`` is in."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 
@@ -49,3 +51,53 @@ class Progress:
         if self.enabled and self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+class Stages:
+    """Says on stderr which stage a long command is in, e.g. ``plan: [ 12.4 s] layout
+    NCHW16c: planning 670 ops``: nothing for the first ``after_s`` seconds (a quick
+    command prints nothing), then the stage running at that moment and each one after.
+
+    Call it with each stage as it begins; :meth:`close` at the end (says how long it
+    took, if anything was said). ``after_s=0`` says every stage at once.
+    """
+
+    def __init__(self, command: str, *, after_s: float = 3.0, enabled: bool = True,
+                 stream=None):
+        self.command, self.enabled = command, enabled
+        self.stream = stream or sys.stderr
+        self.t0 = time.monotonic()
+        self.current: str | None = None
+        self.shown = enabled and after_s <= 0
+        self._lock = threading.Lock()
+        self._timer = None
+        if enabled and after_s > 0:
+            self._timer = threading.Timer(after_s, self._wake)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _say(self, text: str) -> None:
+        self.stream.write(f"{self.command}: [{time.monotonic() - self.t0:6.1f} s] {text}\n")
+        self.stream.flush()
+
+    def _wake(self) -> None:
+        with self._lock:
+            self.shown = True
+            if self.current is not None:
+                self._say(self.current)
+
+    def __call__(self, stage: str) -> None:
+        with self._lock:
+            self.current = stage
+            if self.shown:
+                self._say(stage)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            if self.shown:
+                self.stream.write(f"{self.command}: done in "
+                                  f"{time.monotonic() - self.t0:.1f} s\n")
+                self.stream.flush()
+            self.shown = False
