@@ -22,6 +22,7 @@ Writes ``benchmarks/results-simplify.json`` and its ``.md`` table (``--out``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -126,7 +127,7 @@ def _import(name: str, proto, **kw):
                         **kw)
 
 
-def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log) -> dict:
+def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log, seed: int = 0) -> dict:
     """Untuned (and with ``per_task``, tuned) builds of each ``key: (model, combine)``,
     timed side by side; the row's per-variant fields."""
     from tvm_fusion.simplify.block import count_ops
@@ -138,7 +139,7 @@ def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log) -> dict
                                                    combine=combine)
         if per_task:
             logs = tmp / f"logs-{key}"
-            facts = _tune(model, logs, per_task, combine)
+            facts = _tune(model, logs, per_task, combine, seed)
             log(f"    {key}: tuned {facts['tasks']} tasks, {facts['trials']} trials, "
                 f"{facts['tune_s']:.0f} s")
             tuned[key], out[key]["tuned"] = _build(model, case, tmp, f"{key}-tuned", log,
@@ -150,7 +151,8 @@ def _measure(variants: dict, case: _Case, per_task: int, tmp: Path, log) -> dict
     return out
 
 
-def bench_model(name: str, per_task: int, log=print) -> dict:
+def bench_model(name: str, per_task: int, log=print, seed: int = 0,
+                keep: Path | None = None) -> dict:
     proto = _source(name)
     row: dict = {"model": name, "onnx_nodes": len(proto.graph.node), "per_task": per_task}
     before = _import(name, proto, simplify=False)
@@ -160,13 +162,24 @@ def bench_model(name: str, per_task: int, log=print) -> dict:
     row["summary"] = after.simplified.summary()
     log(f"{name}: {row['summary']}")
     case = _Case(name, proto, before)
-    with tempfile.TemporaryDirectory() as tmp:
+    with _workdir(keep, name) as tmp:
         variants = {"before": (before, "off"), "after": (after, "auto")}
         if name.endswith(WRAPPED):  # the Done check: against the clean model, simplified
             base = name.removesuffix(WRAPPED)
             variants["clean"] = (_import(base, _source(base)), "auto")
-        row.update(_measure(variants, case, per_task, Path(tmp), log))
+        row.update(_measure(variants, case, per_task, Path(tmp), log, seed))
     return row
+
+
+@contextlib.contextmanager
+def _workdir(keep: Path | None, name: str):
+    """A temporary folder for logs and libraries, or ``keep/name`` to look at them later."""
+    if keep is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield tmp
+    else:
+        (keep / name).mkdir(parents=True, exist_ok=True)
+        yield str(keep / name)
 
 
 def bench_qkv(per_task: int, log=print) -> dict:
@@ -279,6 +292,10 @@ def main(argv=None) -> int:
                         "only; the corpus is large, so 1-2 is the useful range here)")
     p.add_argument("--qkv", action="store_true",
                    help=f"add {QKV_MODEL} with its Q/K/V matmuls combined against apart")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the tuner's seed (another seed is another draw of the same budget)")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep each model's tuning logs and built libraries in DIR/MODEL")
     p.add_argument("--out", type=Path, default=HERE / "results-simplify.json")
     args = p.parse_args(argv)
     jobs = [(n, args.per_task) for n in filter(None, args.models.split(","))]
@@ -286,11 +303,11 @@ def main(argv=None) -> int:
         jobs += [(n, args.corpus_per_task) for n in (_corpus_names() if args.corpus == "all"
                                   else args.corpus.split(","))]
     rows, qkv = [], None
-    doc = {"per_task": args.per_task or args.corpus_per_task, "rows": rows}
+    doc = {"per_task": args.per_task or args.corpus_per_task, "seed": args.seed, "rows": rows}
     for name, per_task in jobs:
         t0 = time.perf_counter()
         try:
-            rows.append(bench_model(name, per_task))
+            rows.append(bench_model(name, per_task, seed=args.seed, keep=args.keep))
         except Exception as e:  # noqa: BLE001 - one model failing must not lose the others
             rows.append(bench_failed(name, e))
             print(f"{name}: skipped, {rows[-1]['error']}", file=sys.stderr)
