@@ -152,6 +152,10 @@ class GroupGraph:
         self.members: dict[int, frozenset] = {}
         self.group_of: dict[int, int] = {}
         self._next = 0
+        # each group's neighbours, kept until a merge next to it (closure and reaches walk
+        # them millions of times on a graph of hundreds of ops: plcmos)
+        self._succ: dict[int, frozenset] = {}
+        self._pred: dict[int, frozenset] = {}
         for g in groups or [[n.id] for n in graph.nodes]:
             self._add(frozenset(g))
 
@@ -162,14 +166,34 @@ class GroupGraph:
             self.group_of[n] = gid
         return gid
 
-    def succ(self, gid: int) -> set[int]:
-        """Groups reading a result of ``gid``."""
-        return {self.group_of[u] for n in self.members[gid] for u in self.users[n]} - {gid}
+    def _changed(self, gone, new) -> None:
+        """Forget the neighbours of groups ``gone`` and of those next to groups ``new``
+        (every group that had a removed group as a neighbour borders a new one, since
+        the new groups hold exactly the removed groups' nodes)."""
+        for g in gone:
+            self._succ.pop(g, None)
+            self._pred.pop(g, None)
+        for g in new:
+            for x in self.pred(g) | self.succ(g):
+                self._succ.pop(x, None)
+                self._pred.pop(x, None)
 
-    def pred(self, gid: int) -> set[int]:
+    def succ(self, gid: int) -> frozenset[int]:
+        """Groups reading a result of ``gid``."""
+        out = self._succ.get(gid)
+        if out is None:
+            out = self._succ[gid] = frozenset(
+                {self.group_of[u] for n in self.members[gid] for u in self.users[n]} - {gid})
+        return out
+
+    def pred(self, gid: int) -> frozenset[int]:
         """Groups whose results ``gid`` reads."""
-        return {self.group_of[p] for n in self.members[gid]
-                for p in self.graph.nodes[n].inputs} - {gid}
+        out = self._pred.get(gid)
+        if out is None:
+            out = self._pred[gid] = frozenset(
+                {self.group_of[p] for n in self.members[gid]
+                 for p in self.graph.nodes[n].inputs} - {gid})
+        return out
 
     def edges(self) -> list[tuple[int, int]]:
         """Every producer -> consumer pair of groups, in a stable order."""
@@ -208,15 +232,18 @@ class GroupGraph:
 
     def merge(self, gids) -> int:
         """Replace ``gids`` by one group; return its id."""
+        gids = list(gids)
         nodes = frozenset().union(*(self.members.pop(g) for g in gids))
-        return self._add(nodes)
+        new = self._add(nodes)
+        self._changed(gids, [new])
+        return new
 
     def replace(self, gids, groups) -> None:
         """Drop groups ``gids`` and add ``groups`` (node collections) in their place."""
+        gids = list(gids)
         for g in gids:
             self.members.pop(g)
-        for nodes in groups:
-            self._add(frozenset(nodes))
+        self._changed(gids, [self._add(frozenset(nodes)) for nodes in groups])
 
     def state(self):
         """A snapshot for :meth:`restore`."""
@@ -225,6 +252,8 @@ class GroupGraph:
     def restore(self, state) -> None:
         """Go back to a :meth:`state` snapshot."""
         self.members, self.group_of = dict(state[0]), dict(state[1])
+        self._succ.clear()
+        self._pred.clear()
 
     def is_acyclic(self) -> bool:
         """Whether the group graph has a topological order."""
