@@ -112,20 +112,37 @@ def cmd_targets(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .tune.calibrate import calibrate_host, check_inputs, write_target
+    from .tune.calibrate import calibrate_host, check_inputs, fit_efficiency, write_target
 
     base = load_target(args.target)
     check_inputs(base, args.name)
     out = Path(args.output or f"{args.name}.json")
     if out.suffix != ".json" or not out.parent.is_dir():
         write_target({}, out)  # raises the message naming -o and the fix
-    doc = calibrate_host(base, name=args.name, repeat=args.repeat)
+    missing = [str(d) for d in args.logs or () if not Path(d).is_dir()]
+    if missing or (args.no_probe and not args.logs):
+        raise TvmFusionError(f"--logs {' '.join(missing)}: not a directory; pass tuning-log "
+                          "directories written by `tvm-fusion tune`" if missing else
+                          "--no-probe measures nothing: pass --logs DIR to fit the "
+                          "compute efficiency from tuned records")
+    if args.no_probe:
+        doc = base.to_json_dict()
+        doc["name"] = args.name
+    else:
+        doc = calibrate_host(base, name=args.name, repeat=args.repeat)
+    if args.logs:
+        doc = fit_efficiency(doc, [Path(d) for d in args.logs])
     write_target(doc, out)
     for key in ("call_overhead_us", "launch_overhead_us", "dram_bandwidth_gbs",
                 "cache_bandwidth_gbs"):
-        print(f"{key:>20}: {doc[key]['value']}")
-    for key, node in doc["peak_flops"].items():
+        if key in doc and not args.no_probe:
+            print(f"{key:>20}: {doc[key]['value']}")
+    for key, node in doc["peak_flops"].items() if not args.no_probe else ():
         print(f"{'peak ' + key:>20}: {node['value']:.4g}")
+    if "cpu_efficiency" in doc and args.logs:
+        vals = doc["cpu_efficiency"]["value"]
+        print(f"{'cpu_efficiency':>20}: " + ", ".join(f"{k} {v:g}" for k, v in vals.items()))
+        print(f"{'':>20}  ({doc['cpu_efficiency']['source']})")
     print(f"target written to {out} (use it as --target {out})")
     return 0
 
@@ -384,6 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where to write it (default ./NAME.json)")
     ca.add_argument("--repeat", type=_count(1), default=5,
                     help="timed repeats per probe, the minimum is kept (default 5)")
+    ca.add_argument("--logs", nargs="+", metavar="DIR",
+                    help="also fit the compute term's cpu_efficiency (the shares of peak "
+                         "tuned kernels reach) to the measured kernels of these tuning "
+                         "logs of this machine")
+    ca.add_argument("--no-probe", action="store_true",
+                    help="measure nothing: keep --target's numbers, only fit "
+                         "cpu_efficiency from --logs")
     ca.set_defaults(func=cmd_calibrate)
 
     pl = sub.add_parser("plan", help="print the fusion groups of a model and save the plan",

@@ -41,10 +41,15 @@ FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth_gbs", "launch_overhead_us")
 # the Relax VM (the cost model's CPU_CALL_US where absent); cache_bandwidth_gbs: copy
 # bandwidth of a buffer that stays in the cores' L2.
 OPTIONAL_FLOAT_FIELDS = ("call_overhead_us", "cache_bandwidth_gbs")
+# cpu_efficiency (CPUs, optional): the shares of peak tuned kernels reach, as
+# tvm_fusion.plan.cpu_efficiency reads them; `tvm-fusion calibrate --logs` fits them.
+# gemm, depthwise, vector in (0, 1]; accumulators >= 1.
+CPU_EFFICIENCY_KEYS = ("gemm", "depthwise", "vector", "accumulators")
+OPTIONAL_MAPPING_FIELDS = ("cpu_efficiency",)
 PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
 EXPECTED_KEYS = (*PLAIN_FIELDS, "tvm_config", "peak_flops", *INT_FIELDS, *FLOAT_FIELDS,
                  "features")
-ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS)
+ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS, *OPTIONAL_MAPPING_FIELDS)
 # Hardware hashes a shipped description had before its values were re-measured. Tuning
 # logs keyed by one of them were measured on the same machine with the same TVM target
 # (tvm_config is unchanged: a new tvm_config is a new target), so they still apply; any
@@ -92,6 +97,7 @@ class HardwareTarget:
     sources: Mapping[str, str]
     call_overhead_us: float | None = None
     cache_bandwidth_gbs: float | None = None
+    cpu_efficiency: Mapping[str, float] | None = None
 
     def __hash__(self) -> int:  # mappings are unhashable; the content hash stands in
         return hash(self.hardware_hash)
@@ -130,14 +136,16 @@ class HardwareTarget:
     def to_json_dict(self) -> dict[str, Any]:
         """The description in the file schema (``{"value", "source"}`` per number)."""
         out: dict[str, Any] = {k: getattr(self, k) for k in PLAIN_FIELDS}
-        optional = tuple(k for k in OPTIONAL_FLOAT_FIELDS if getattr(self, k) is not None)
+        optional = tuple(k for k in (*OPTIONAL_FLOAT_FIELDS, *OPTIONAL_MAPPING_FIELDS)
+                         if getattr(self, k) is not None)
         for key in (*EXPECTED_KEYS[len(PLAIN_FIELDS):], *optional):
             if key == "peak_flops":
                 out[key] = {k: {"value": v, "source": self.sources[f"peak_flops.{k}"]}
                             for k, v in self.peak_flops.items()}
                 continue
             val = getattr(self, key)
-            val = dict(val) if key == "tvm_config" else list(val) if key == "features" else val
+            val = (dict(val) if key in ("tvm_config", *OPTIONAL_MAPPING_FIELDS)
+                   else list(val) if key == "features" else val)
             out[key] = {"value": val, "source": self.sources[key]}
         return out
 
@@ -285,7 +293,7 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
     for key in doc:
         if key not in ALLOWED_KEYS:
             raise TargetError(f"{origin}: unknown key {key!r}. Expected keys: {expected} "
-                              f"(optional: {', '.join(OPTIONAL_FLOAT_FIELDS)})")
+                              f"(optional: {', '.join(OPTIONAL_FLOAT_FIELDS + OPTIONAL_MAPPING_FIELDS)})")
     for key in EXPECTED_KEYS:
         if key not in doc:
             raise TargetError(f"{origin}: missing field {key!r}. Expected keys: {expected}")
@@ -322,6 +330,9 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
         if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
             raise TargetError(f"{origin}: {key!r} value must be a non-negative number, got {val!r}")
         values[key] = float(val)
+    if "cpu_efficiency" in doc:
+        values["cpu_efficiency"] = MappingProxyType(
+            _cpu_efficiency(sourced("cpu_efficiency", doc["cpu_efficiency"]), origin))
     peaks = doc["peak_flops"]
     if not isinstance(peaks, dict) or "fp32_vector" not in peaks:
         raise TargetError(f"{origin}: 'peak_flops' must be an object with at least "
@@ -348,6 +359,25 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
         name=doc["name"], description=doc["description"], family=doc["family"],
         tvm_config=MappingProxyType(dict(cfg)), peak_flops=MappingProxyType(flops),
         features=tuple(feats), sources=MappingProxyType(sources), **values)
+
+
+def _cpu_efficiency(val: Any, origin: str) -> dict[str, float]:
+    """Validate a ``cpu_efficiency`` value (see CPU_EFFICIENCY_KEYS)."""
+    want = ", ".join(CPU_EFFICIENCY_KEYS)
+    if not isinstance(val, dict) or set(val) != set(CPU_EFFICIENCY_KEYS):
+        raise TargetError(f"{origin}: 'cpu_efficiency' value must be an object with exactly "
+                          f"the keys {want}, got {val!r}")
+    out = {}
+    for key in CPU_EFFICIENCY_KEYS:
+        v = val[key]
+        top = None if key == "accumulators" else 1.0
+        if (isinstance(v, bool) or not isinstance(v, (int, float))
+                or not (v >= 1 if key == "accumulators" else 0 < v <= top)):
+            rng = ">= 1" if top is None else "in (0, 1] (a share of the unit's peak)"
+            raise TargetError(f"{origin}: 'cpu_efficiency.{key}' must be a number {rng}, "
+                              f"got {v!r}")
+        out[key] = float(v)
+    return out
 
 
 # ---- host: detected at run time -------------------------------------------------

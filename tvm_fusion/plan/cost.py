@@ -36,7 +36,11 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     by its lane utilisation, ``min(1, innermost output extent / lanes)`` (lanes =
     ``vector_width_bits`` / dtype bits): its vectors run along the contiguous innermost
     dim, W of an NCHW conv (7 of 16 lanes at W=7), the channel block of an NCHW{c}c one
-    (:mod:`~tvm_fusion.plan.layout` prices one layout against the other with it).
+    (:mod:`~tvm_fusion.plan.layout` prices one layout against the other with it); and
+    every CPU op's FLOPs by the share of peak a tuned kernel of its kind reaches
+    (:mod:`.cpu_efficiency`: GEMM/conv with its register tile's accumulator use,
+    depthwise conv, vector ops; the target file's ``cpu_efficiency``, else the
+    default fitted on this project's tuned records).
 ``memory_us``
     ``dram_bytes / dram_bandwidth_gbs``.
 ``tiles``, ``parallel_fraction``
@@ -75,6 +79,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..graph import OpGraph
+from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak
 from .op_info import OpInfo, graph_info
@@ -172,7 +177,8 @@ def _add_op(model, nid, terms, *, matrix: bool, tiles: int) -> None:
     """The terms every role shares: FLOPs at the unit's peak, and the op's tiles."""
     node = model.graph.nodes[nid]
     terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=matrix)
+    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=matrix) \
+        / model.efficiency(nid)
     terms.tiles = min(terms.tiles, tiles)
 
 
@@ -194,7 +200,7 @@ def _contraction(model, nid, members, terms):
     dtype = model.operand_dtype(nid)
     terms.flops += node.flops
     terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True) \
-        / lane_utilisation(model.hw, node)
+        / lane_utilisation(model.hw, node) / model.efficiency(nid)
     terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
 
 
@@ -220,7 +226,7 @@ def _reduction(model, nid, members, terms):
             anode = model.graph.nodes[a]
             terms.recompute_flops += (reads - 1) * anode.flops
             terms.compute_s += (reads - 1) * anode.flops / peak_flops(
-                model.hw, anode.dtype, matrix=False)
+                model.hw, anode.dtype, matrix=False) / model.efficiency(a)
         return
     row = info.reduce_len * info.dtype_bytes
     fused_in = model.ancestors_in(nid, members)
@@ -238,7 +244,8 @@ def _reduction(model, nid, members, terms):
         anode = model.graph.nodes[a]
         terms.recompute_flops += extra * anode.flops
         terms.compute_s += extra * anode.flops / peak_flops(
-            model.hw, anode.dtype, matrix=model.infos[a].role == "contraction")
+            model.hw, anode.dtype, matrix=model.infos[a].role == "contraction") \
+            / model.efficiency(a)
         terms.spill_bytes += extra * model.external_in(a, members)
 
 
@@ -254,6 +261,26 @@ class AnalyticalCostModel:
         self.item_users = graph.result_readers()
         self.output_items = set(graph.output_items)
         self._cache: dict[frozenset, GroupCost] = {}
+        self._eff: dict[int, float] = {}
+        self.cpu_efficiency = (cpu_efficiency(hw) if hw is not None and hw.family == "cpu"
+                               else None)
+
+    def efficiency(self, nid: int) -> float:
+        """Share of its unit's peak ``nid``'s FLOPs run at (:mod:`.cpu_efficiency`;
+        1 on GPUs, whose terms are in :mod:`.gpu_terms`)."""
+        eff = self.cpu_efficiency
+        if eff is None:
+            return 1.0
+        if nid not in self._eff:
+            info, node = self.infos[nid], self.graph.nodes[nid]
+            if info.role != "contraction":
+                self._eff[nid] = eff.vector
+            else:
+                lanes = max(int(self.hw.vector_width_bits) // tvm_bits(node.dtype), 1)
+                self._eff[nid] = contraction_efficiency(
+                    self.hw, eff, node, info, lanes=lanes,
+                    depthwise=is_depthwise(self.graph, node, info))
+        return self._eff[nid]
 
     def const_bytes(self, nid: int) -> int:
         """Bytes ``nid`` reads that no node produces (weights, constants, model inputs)."""

@@ -50,6 +50,12 @@ LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
 MAX_ROUNDS = 4  # priority fusion + local search rounds
 
 
+def compute_bound_us(costs) -> float:
+    """The compute time of the compute-bound kernels among ``costs`` (their parallel
+    fraction included): what a CPU tie margin leaves out (:meth:`CostPlanner.shared_us`)."""
+    return sum(c.compute_us / c.parallel_fraction for c in costs if c.bound == "compute")
+
+
 class CostPlanner:
     """Plan ``graph`` for ``hw`` by predicted time (see the module docstring)."""
 
@@ -70,16 +76,28 @@ class CostPlanner:
             self._fuseops = {n: i for i, g in enumerate(fuseops_groups(self.graph)) for n in g}
         return len({self._fuseops[n] for n in nodes}) == 1
 
-    def margin_us(self, parts_us: float) -> float:
-        """The model's error on a saving of parts costing ``parts_us`` (see TIE_FRACTION)."""
-        return TIE_FRACTION * parts_us + TIE_FLOOR_US
+    def margin_us(self, parts_us: float, shared_us: float = 0.0) -> float:
+        """The model's error on a saving of parts costing ``parts_us`` (see TIE_FRACTION),
+        less ``shared_us``, the time both alternatives spend alike (:meth:`shared_us`)."""
+        return TIE_FRACTION * max(parts_us - shared_us, 0.0) + TIE_FLOOR_US
 
-    def take_merge(self, saving: float, parts_us: float, nodes) -> bool:
+    def shared_us(self, fused: GroupCost, parts) -> float:
+        """CPUs: the compute time both alternatives of a merge spend (the smaller of the
+        two; a kernel's compute counts where it bounds the kernel, parallel fraction
+        included). Its error is the compute term's share of peak (:mod:`.cpu_efficiency`),
+        the same factor on both sides, so it cancels in their difference and does not
+        widen the tie margin. 0 on GPUs (their margin covers the whole time, as before)."""
+        if self.hw.family != "cpu":
+            return 0.0
+        return min(compute_bound_us(parts), compute_bound_us([fused]))
+
+    def take_merge(self, saving: float, parts_us: float, nodes, shared_us: float = 0.0) -> bool:
         """Whether a merge saving ``saving`` us of ``parts_us`` is made: a clear win, or a
         tie that FuseOps makes too."""
-        if saving > self.margin_us(parts_us):
+        margin = self.margin_us(parts_us, shared_us)
+        if saving > margin:
             return True
-        return abs(saving) <= self.margin_us(parts_us) and self.fuseops_fuses(nodes)
+        return abs(saving) <= margin and self.fuseops_fuses(nodes)
 
     def violation(self, nodes) -> str | None:
         """Why ``nodes`` may not be one kernel on this target (None: they may)."""
@@ -136,7 +154,7 @@ class CostPlanner:
         if bad is None:
             unfused = sum(p.total_us for p in parts)
             saving = unfused - fused.total_us
-            if self.take_merge(saving, unfused, fused.nodes):
+            if self.take_merge(saving, unfused, fused.nodes, self.shared_us(fused, parts)):
                 heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
 
     def priority_fusion(self) -> int:
@@ -158,7 +176,7 @@ class CostPlanner:
                 continue
             unfused = sum(p.total_us for p in parts)
             saving = unfused - fused.total_us
-            if not self.take_merge(saving, unfused, fused.nodes):
+            if not self.take_merge(saving, unfused, fused.nodes, self.shared_us(fused, parts)):
                 continue
             if heap and round(saving, 3) < -heap[0][0]:  # stale score: re-queue
                 heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
@@ -173,9 +191,6 @@ class CostPlanner:
                 self._push(heap, x, y, True)
         return merges
 
-    def _total(self, gids) -> float:
-        return sum(self.cost(self.gg.members[g]).total_us for g in gids)
-
     def _try_move(self, nid: int, dest: int | None) -> bool:
         """Move ``nid`` into group ``dest`` (None: alone) if that lowers the total."""
         gg = self.gg
@@ -186,9 +201,12 @@ class CostPlanner:
             return False
         if rest and self.violation(rest):  # e.g. siblings left without a shared nest
             return False
-        before = self._total([src] + ([dest] if dest is not None else []))
-        after = self.cost(target).total_us + (self.cost(rest).total_us if rest else 0.0)
-        if after >= before - max(EPS_US, self.margin_us(before)):
+        olds = [self.cost(self.gg.members[g]) for g in [src] + ([dest] if dest is not None else [])]
+        news = [self.cost(target)] + ([self.cost(rest)] if rest else [])
+        before = sum(c.total_us for c in olds)
+        after = sum(c.total_us for c in news)
+        shared = 0.0 if self.hw.family != "cpu" else min(map(compute_bound_us, (olds, news)))
+        if after >= before - max(EPS_US, self.margin_us(before, shared)):
             return False
         saved = gg.state()
         gg.replace([src] + ([dest] if dest is not None else []),
@@ -252,8 +270,10 @@ class CostPlanner:
                                          decided_by="fusion rule"))
                 continue
             term, text = explain_terms(fused, parts, accepted=False)
-            if abs(unfused - fused.total_us) <= self.margin_us(unfused):
-                term, text = TIE, self.tie_text(fused.total_us, unfused, fused=False) + text
+            shared = self.shared_us(fused, parts)
+            if abs(unfused - fused.total_us) <= self.margin_us(unfused, shared):
+                term, text = TIE, self.tie_text(fused.total_us, unfused, fused=False,
+                                                shared_us=shared) + text
             else:
                 text = f"fusing is predicted slower: {text}"
             out.append(RejectedMerge(
@@ -276,12 +296,13 @@ class CostPlanner:
                 reason=f"{note}; fusing is predicted slower: {text}"))
         return out
 
-    def tie_text(self, fused_us: float, unfused_us: float, *, fused: bool) -> str:
+    def tie_text(self, fused_us: float, unfused_us: float, *, fused: bool,
+                 shared_us: float = 0.0) -> str:
         """The reason's head for a decision within the model's error."""
         what = "one kernel" if fused else "apart"
+        margin = self.margin_us(unfused_us, shared_us)
         return (f"tie: {fused_us:.2f} us fused vs {unfused_us:.2f} us apart is within the "
-                f"model's error (+-{self.margin_us(unfused_us):.2f} us), so FuseOps' choice: "
-                f"{what}; ")
+                f"model's error (+-{margin:.2f} us), so FuseOps' choice: {what}; ")
 
     def _sibling_note(self, a, b) -> str:
         shared = ", ".join(node_name(self.graph.nodes[n]) for n in shared_inputs(self.graph, a, b))
@@ -305,9 +326,11 @@ class CostPlanner:
                 term, text = explain_terms(fused, parts, accepted=True)
                 reason = (f"fused: {fused.total_us:.2f} us as one kernel vs {unfused:.2f} us "
                           f"as {len(nodes)}; {text}")
-                if abs(unfused - fused.total_us) <= self.margin_us(unfused):
+                shared = self.shared_us(fused, parts)
+                if abs(unfused - fused.total_us) <= self.margin_us(unfused, shared):
                     term = TIE
-                    reason = self.tie_text(fused.total_us, unfused, fused=True) + text
+                    reason = self.tie_text(fused.total_us, unfused, fused=True,
+                                           shared_us=shared) + text
                 comps = components(self.graph, nodes)
                 if len(comps) > 1:
                     note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])

@@ -19,14 +19,23 @@
     process with ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` unset (the machine sets
     them, which halves OpenBLAS' rate): an achievable peak, not the datasheet's.
 
+``cpu_efficiency`` (with ``--logs DIR``)
+    The shares of peak tuned kernels reach (:mod:`tvm_fusion.plan.cpu_efficiency`),
+    fitted to the measured kernels of the tuning logs in ``DIR`` (this machine's: the
+    shares are relative to the peak of the written description), each priced on the
+    new description (:mod:`tvm_fusion.costmodel.efficiency_fit`). ``--no-probe`` keeps
+    the given description's numbers and fits only these.
+
 Everything else (caches, cores, flags) comes from the detected ``host``. Timings are the
 minimum over ``repeat`` runs: on a shared machine the minimum is the least disturbed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -184,6 +193,45 @@ def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
             "OPENBLAS_L2_SIZE unset), an achievable peak")}
     target_from_dict(doc, origin="calibrated host")  # what load_target will accept
     return doc
+
+
+def fit_efficiency(doc: dict, dirs: list[Path]) -> dict:
+    """``doc`` with ``cpu_efficiency`` fitted to the measured CPU kernels of the tuning
+    logs in ``dirs`` (each a target directory or a directory of them), every kernel
+    priced on ``doc``'s description."""
+    from ..costmodel.efficiency_fit import efficiency_terms, fit_cpu_efficiency
+    from ..costmodel.group_data import kernel_records, target_dirs
+    from ..costmodel.group_model import MIN_TRIALS_PER_KERNEL
+    from ..plan import AnalyticalCostModel
+
+    base = {k: v for k, v in doc.items() if k != "cpu_efficiency"}
+    hw = target_from_dict(base, origin="calibrated description")
+    found = [t for d in dirs for t in target_dirs(Path(d))]
+    records = [dataclasses.replace(r, cost_model=AnalyticalCostModel(
+                   r.cost_model.graph, hw, r.cost_model.infos))
+               for t in found for r in kernel_records(
+                   t, min_trials_per_kernel=MIN_TRIALS_PER_KERNEL)
+               if r.cost_model.hw.family == "cpu"]
+    if not records:
+        raise TargetError(
+            f"--logs {' '.join(map(str, dirs))}: no measured CPU kernel of a model tuned "
+            f"with at least {MIN_TRIALS_PER_KERNEL:g} trials per kernel "
+            f"({len(found)} tuning-log directories found); tune a model on this machine "
+            "first (tvm-fusion tune MODEL --logs DIR) and pass that DIR")
+    terms = efficiency_terms(records)
+    eff = fit_cpu_efficiency(terms)
+    pred = terms.predict(eff)
+    err = statistics.median(max(p / m, m / p) for p, m in zip(pred, terms.meas))
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    models = sorted({r.model for r in records})
+    out = dict(doc)
+    out["cpu_efficiency"] = {"value": eff.to_json(), "source": (
+        f"fitted by `tvm-fusion calibrate --logs` on {when}: {len(records)} tuned kernels "
+        f"of {', '.join(models)} in {', '.join(str(t) for t in found)}, priced on this "
+        f"description (median error {err:.2f}x; accumulators fixed at {eff.accumulators:g}, "
+        "FMA latency x pipes)")}
+    target_from_dict(out, origin="calibrated description")
+    return out
 
 
 def write_target(doc: dict, path: Path) -> Path:

@@ -1,0 +1,133 @@
+"""The CPU compute term's efficiency (plan/cpu_efficiency.py): hand-computable prices,
+the target file's field, the fit on measured records, and calibrate --logs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import tvm_fusion as tf
+from tvm_fusion import cli as tf_cli
+from tvm_fusion import targets
+from tvm_fusion.costmodel.efficiency_fit import (
+    efficiency_terms, fit_cpu_efficiency, with_cpu_efficiency)
+from tvm_fusion.costmodel.group_data import KernelRecord
+from tvm_fusion.data import shipped_logs_dir
+from tvm_fusion.errors import TargetError
+from tvm_fusion.plan import AnalyticalCostModel
+from tvm_fusion.plan.cpu_efficiency import DEFAULT_CPU_EFFICIENCY, CpuEfficiency
+
+from test_planner import _model
+
+
+def _w(name, shape, seed):
+    return numpy_helper.from_array(
+        np.random.default_rng(seed).standard_normal(shape).astype("float32"), name)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    """A 64x256 @ 256x128 matmul (node 0), a 1x256 @ 256x16 GEMV, a 3x3 depthwise
+    conv over 32 channels and a 3x3 conv 32 -> 32 channels (24 x 24 pixels), a ReLU."""
+    nodes = [helper.make_node("MatMul", ["a", "wa"], ["ya"]),
+             helper.make_node("MatMul", ["v", "wv"], ["yv"]),
+             helper.make_node("Conv", ["x", "wd"], ["yd"], group=32, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["yd", "wc"], ["yc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["yc"], ["y"])]
+    inits = [_w("wa", [256, 128], 0), _w("wv", [256, 16], 1), _w("wd", [32, 1, 3, 3], 2),
+             _w("wc", [32, 32, 3, 3], 3)]
+    model = _model(nodes, [("a", [64, 256]), ("v", [1, 256]), ("x", [1, 32, 24, 24])],
+                   [("ya", [64, 128]), ("yv", [1, 16]), ("y", [1, 32, 24, 24])],
+                   inits, name="eff", simplify=False)
+    return tf.build_graph(model.mod)
+
+
+def _node(graph, op, nth=0):
+    return [n for n in graph.nodes if n.op.startswith(op)][nth]
+
+
+def test_cpu_flops_run_at_the_share_of_peak_a_tuned_kernel_reaches(graph):
+    hw = tf.load_target("x86_zen4")  # no cpu_efficiency in its file: the default
+    cm = AnalyticalCostModel(graph, hw)
+    peak, eff = hw.peak_fp32_flops, DEFAULT_CPU_EFFICIENCY
+    mm, gemv = _node(graph, "matmul"), _node(graph, "matmul", 1)
+    dw, conv = _node(graph, "conv2d"), _node(graph, "conv2d", 1)
+    # 64 x 128 outputs: 8 vectors of 16 lanes x 64 rows, a full tile (28 accumulators)
+    assert cm.group_cost([mm.id]).compute_us == pytest.approx(mm.flops / (peak * eff.gemm) * 1e6)
+    # a GEMV: one row of one vector, 1 accumulator of the 8 the FMA pipes need
+    assert cm.group_cost([gemv.id]).compute_us == pytest.approx(
+        gemv.flops / (peak * eff.gemm / 8) * 1e6)
+    # the depthwise conv reduces over its 3x3 window only; W = 24 fills the 16 lanes
+    assert cm.group_cost([dw.id]).compute_us == pytest.approx(
+        dw.flops / (peak * eff.depthwise) * 1e6)
+    assert cm.group_cost([conv.id]).compute_us == pytest.approx(
+        conv.flops / (peak * eff.gemm) * 1e6)
+    # the shares of the target file, where it has them; every share 1 is the peak model
+    ones = with_cpu_efficiency(hw, CpuEfficiency(gemm=1, depthwise=1, vector=1,
+                                                 accumulators=1))
+    assert AnalyticalCostModel(graph, ones).group_cost([mm.id]).compute_us == pytest.approx(
+        mm.flops / peak * 1e6)
+    half = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2))
+    assert AnalyticalCostModel(graph, half).group_cost([dw.id]).compute_us == pytest.approx(
+        dw.flops / (peak * 0.1) * 1e6)
+
+
+def test_gpus_keep_their_terms(graph):
+    a100 = tf.load_target("a100")
+    mm = _node(graph, "matmul")
+    cost = AnalyticalCostModel(graph, a100).group_cost([mm.id])
+    assert cost.compute_us == pytest.approx(mm.flops / a100.peak_fp32_flops * 1e6)
+
+
+def test_cpu_efficiency_in_a_target_file_round_trips_and_bad_values_name_the_key():
+    doc = tf.load_target("x86_zen4").to_json_dict()
+    shipped = tf.load_target("x86_zen4").hardware_hash
+    doc["cpu_efficiency"] = {"value": {"gemm": 0.4, "depthwise": 0.2, "vector": 0.05,
+                                       "accumulators": 8}, "source": "fitted (test)"}
+    hw = targets.target_from_dict(doc)
+    assert dict(hw.cpu_efficiency)["gemm"] == 0.4 and hw.hardware_hash != shipped
+    assert targets.target_from_dict(hw.to_json_dict()).hardware_hash == hw.hardware_hash
+    doc["cpu_efficiency"]["value"]["gemm"] = 1.5
+    with pytest.raises(TargetError, match=r"cpu_efficiency.gemm' must be a number in \(0, 1\]"):
+        targets.target_from_dict(doc)
+    del doc["cpu_efficiency"]["value"]["gemm"]
+    with pytest.raises(TargetError, match="exactly the keys gemm, depthwise, vector"):
+        targets.target_from_dict(doc)
+
+
+def test_the_fit_recovers_the_shares_that_made_the_times(graph):
+    hw = tf.load_target("x86_zen4")
+    truth = CpuEfficiency(gemm=0.4, depthwise=0.2, vector=0.05)
+    cm = AnalyticalCostModel(graph, with_cpu_efficiency(hw, truth))
+    base = AnalyticalCostModel(graph, hw)
+    groups = [[n.id] for n in graph.nodes] + [[_node(graph, "conv2d", 1).id, graph.nodes[-1].id]]
+    recs = [KernelRecord(model="eff", kernel=str(g), nodes=tuple(g), cost_model=base, logs="",
+                         meas_us=cm.group_cost(g).total_us - hw.call_overhead_us)
+            for g in groups]
+    fit = fit_cpu_efficiency(efficiency_terms(recs))
+    for key in ("gemm", "depthwise", "vector"):  # the grid's step is 3.4%
+        assert getattr(fit, key) == pytest.approx(getattr(truth, key), rel=0.04), key
+
+
+def test_calibrate_fits_the_shares_from_logs_without_probing(tmp_path, capsys):
+    out = tmp_path / "zen4_fit.json"
+    logs = shipped_logs_dir() / "x86_zen4"
+    assert tf_cli.main(["calibrate", "--target", "x86_zen4", "--no-probe", "--logs", str(logs),
+                        "--name", "zen4_fit", "-o", str(out)]) == 0
+    assert "cpu_efficiency: gemm" in capsys.readouterr().out
+    hw = tf.load_target(out)
+    assert set(hw.cpu_efficiency) == {"gemm", "depthwise", "vector", "accumulators"}
+    assert "fitted by `tvm-fusion calibrate --logs`" in hw.sources["cpu_efficiency"]
+    assert "embedded" in hw.sources["cpu_efficiency"]
+    assert json.loads(out.read_text())["launch_overhead_us"] == \
+        tf.load_target("x86_zen4").to_json_dict()["launch_overhead_us"]
+    assert tf_cli.main(["calibrate", "--no-probe", "-o", str(tmp_path / "x.json")]) == 2
+    assert "pass --logs DIR" in capsys.readouterr().err
+    assert tf_cli.main(["calibrate", "--no-probe", "--logs", str(tmp_path),
+                        "-o", str(tmp_path / "y.json")]) == 2
+    err = capsys.readouterr().err
+    assert "no measured CPU kernel" in err and "tvm-fusion tune" in err
+    assert "Traceback" not in err

@@ -1,0 +1,112 @@
+"""Fit the CPU compute term's efficiencies (:mod:`tvm_fusion.plan.cpu_efficiency`) to
+measured tuned kernels.
+
+A group's compute time is linear in the reciprocals of the three shares:
+``compute = c_gemm / gemm + c_depthwise / depthwise + c_vector / vector`` (``c_*``: its
+FLOPs of each kind at peak, after lane and accumulator use). :func:`efficiency_terms`
+reads the ``c_*`` of every record from the analytical model itself (four evaluations
+of the group, so recomputed FLOPs and every rule count as the planner counts them), and
+the kernel's time as the runner measures it is then
+``max(compute, memory) / parallel_fraction + launch - VM call``, as in
+:mod:`tvm_fusion.plan.cost`. :func:`fit_cpu_efficiency` picks the shares that minimize
+the mean absolute log error over the records (coordinate descent on a log grid: three
+numbers, no optimizer dependency). ``tvm-fusion calibrate --logs DIR`` writes them into
+a target file; ``benchmarks/group_model.py`` scores them leave-one-model-out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+import numpy as np
+
+from ..errors import CostModelError
+from ..plan import AnalyticalCostModel
+from ..plan.cpu_efficiency import CpuEfficiency
+from .group_data import KernelRecord, vm_call_us
+
+SHARES = ("gemm", "depthwise", "vector")
+_GRID = np.exp(np.linspace(np.log(0.005), 0.0, 161))  # candidate shares, 0.5% .. 100%
+ROUNDS = 6
+
+
+def with_cpu_efficiency(hw, eff: CpuEfficiency, *, source: str | None = None):
+    """``hw`` with ``eff`` as its ``cpu_efficiency`` (its hardware hash changes)."""
+    sources = dict(hw.sources)
+    sources["cpu_efficiency"] = source or eff.source or "fitted"
+    return dataclasses.replace(hw, cpu_efficiency=MappingProxyType(eff.to_json()),
+                               sources=MappingProxyType(sources))
+
+
+@dataclasses.dataclass(frozen=True)
+class EfficiencyTerms:
+    """Per record: FLOP time at peak by kind (us), memory and launch us, parallel
+    fraction, VM call us and the measured us."""
+
+    c: np.ndarray          # (records, 3): c_gemm, c_depthwise, c_vector
+    memory: np.ndarray
+    frac: np.ndarray
+    launch: np.ndarray
+    call: np.ndarray
+    meas: np.ndarray
+
+    def predict(self, eff: CpuEfficiency) -> np.ndarray:
+        """Kernel-alone times (us) the analytical model gives with ``eff``."""
+        shares = np.array([getattr(eff, k) for k in SHARES])
+        return self._predict(shares)
+
+    def _predict(self, shares: np.ndarray) -> np.ndarray:
+        compute = (self.c / shares).sum(axis=1)
+        total = np.maximum(compute, self.memory) / self.frac + self.launch
+        return np.maximum(total - self.call, 1e-3)
+
+
+def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
+                     ) -> EfficiencyTerms:
+    """The :class:`EfficiencyTerms` of the CPU records of ``records``."""
+    rows = []
+    for r in records:
+        hw = r.cost_model.hw
+        if hw.family != "cpu":
+            continue
+        models = []
+        for shares in ((1, 1, 1), (0.5, 1, 1), (1, 0.5, 1), (1, 1, 0.5)):
+            eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators)
+            models.append(AnalyticalCostModel(r.cost_model.graph, with_cpu_efficiency(hw, eff),
+                                              r.cost_model.infos).group_cost(r.nodes))
+        base = models[0]
+        rows.append(([m.compute_us - base.compute_us for m in models[1:]], base.memory_us,
+                     base.parallel_fraction, base.launch_us, vm_call_us(hw), r.meas_us))
+    if not rows:
+        raise CostModelError("no measured CPU kernels to fit the compute efficiency on; "
+                             "pass tuning logs of a CPU target (tvm-fusion tune --logs DIR)")
+    cols = list(zip(*rows))
+    return EfficiencyTerms(c=np.array(cols[0], dtype=float),
+                           **{k: np.array(v, dtype=float) for k, v in zip(
+                               ("memory", "frac", "launch", "call", "meas"), cols[1:])})
+
+
+def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
+                       source: str = "") -> CpuEfficiency:
+    """The shares minimizing the mean |log(predicted / measured)| over ``terms``.
+
+    A kind no record has (no depthwise conv) keeps share 1 divided into nothing: its
+    value is left at the median of the others' (it does not change any prediction).
+    """
+    log_meas = np.log(terms.meas)
+    shares = np.full(len(SHARES), 0.3)
+
+    def loss(s):
+        return np.abs(np.log(terms._predict(s)) - log_meas).mean()
+
+    present = terms.c.sum(axis=0) > 0
+    for _ in range(ROUNDS):
+        for k in np.flatnonzero(present):
+            trial = np.repeat(shares[None, :], len(_GRID), axis=0)
+            trial[:, k] = _GRID
+            shares[k] = _GRID[int(np.argmin([loss(t) for t in trial]))]
+    if present.any() and not present.all():
+        shares[~present] = float(np.median(shares[present]))
+    return CpuEfficiency(**{k: float(v) for k, v in zip(SHARES, shares)},
+                         accumulators=accumulators, source=source)
