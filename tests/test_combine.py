@@ -95,18 +95,21 @@ def tangled(seed: int = 2) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("make_model, passes_wanted, combined", [
-    (stacked, 2, [True, True, False]),  # the all-combined graph, then the chosen two
-    (tangled, 3, [True, True]),  # one kernel holds both: each planned alone (all chosen)
+@pytest.mark.parametrize("make_model, passes_wanted, combined, target", [
+    (stacked, 2, [True, True, False], TARGET),  # the all-combined graph, then the chosen two
+    # one kernel holds both: each planned alone (all chosen). On a100: on the CPUs the
+    # second group's bias and split go to its own matmul's kernel since their compute
+    # term prices FLOPs at the share of peak tuned kernels reach (issue 20)
+    (tangled, 3, [True, True], "a100"),
 ])
 def test_every_group_is_decided_from_one_plan_of_the_all_combined_graph(
-        make_model, passes_wanted, combined):
+        make_model, passes_wanted, combined, target):
     """Issue 22: one planning pass per group made plcmos' plan (38 groups) take minutes.
     Groups are priced from one plan of the all-combined graph (and the chosen ones
     planned together), except those whose kernels cannot be told apart; every group's
     numbers are those of a plan where only it is combined."""
     model = import_model(make_model())
-    hw = load_target(TARGET)
+    hw = load_target(target)
     passes = []
 
     def counted(graph, target):
