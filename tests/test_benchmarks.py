@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness: the embedded model, 4 trials, every system.
+"""Smoke test of the benchmark harness: the embedded model, 2 trials, every system.
 
 It runs ``python -m benchmarks.run`` in a fresh process (as a user would) and checks the
 structure of what it writes, never the timings. To stay near a minute on 2 cores it
@@ -18,13 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
     sys.path.insert(0, str(REPO))
 
 from benchmarks.report import COLUMNS, JSON_NAME, MD_NAME, PNG_NAME  # noqa: E402
 from benchmarks.systems import FROM_LOGS, FUSION, KEYS, MS, ORT, PLAIN, TORCH, labels  # noqa: E402
-TRIALS = 4
+# Two trials over the embedded model's 7 kernels: enough for a measured record in the
+# logs, the curves and the from-logs row, and each trial costs a builder batch.
+TRIALS = 2
 # Stock MetaSchedule's evolutionary search samples and evolves 512 schedules per task even
 # for one trial (8-25 s a task here, most of both smokes' time); 16 keeps its search, its
 # pipeline and its rows (prepack, max_trials_per_task) as they are, in about a second.
@@ -118,28 +122,26 @@ def _pretrained_table(md: str) -> dict[str, dict[str, str]]:
     return rows
 
 
-def test_pretrained_benchmark_smoke(tmp_path):
+def test_pretrained_benchmark_smoke(tmp_path, capsys):
     """benchmarks/pretrained.py at tiny budgets: every row runs, is checked and timed.
 
     Stock MetaSchedule's builder gets a 1 s timeout (shorter than its workers' start-up,
     see the module docstring): its builds all time out fast and its rows are FuseOps'
-    unscheduled kernels, which is enough to check the structure and keeps the test near
-    three minutes on 2 loaded cores; the tuned path is the smoke run in
-    benchmarks/README.md.
+    unscheduled kernels, which is enough to check the structure; the tuned path is the
+    smoke run in benchmarks/README.md. One run of the benchmark in a fresh process; its
+    ``--ms-from`` path and usage errors are checked in this process (no re-tuning).
     """
+    from benchmarks import pretrained
     from benchmarks.pretrained import DEFAULT_COST_MODEL, JSON_NAME as P_JSON, MD_NAME as P_MD
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # A missing cost model is a clear error before any work, not a traceback.
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.pretrained", "--model",
-                           "embedded", "--cost-model", str(tmp_path / "none.json"),
-                           "--out", str(tmp_path / "none")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr[-2000:]
+    assert pretrained.main(["--model", "embedded", "--cost-model", str(tmp_path / "none.json"),
+                            "--out", str(tmp_path / "none")]) == 2
+    assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
     if not DEFAULT_COST_MODEL.is_file():
-        import pytest
         pytest.skip(f"the shipped cost model {DEFAULT_COST_MODEL} does not exist")
 
     out = tmp_path / "pretrained"
@@ -178,24 +180,33 @@ def test_pretrained_benchmark_smoke(tmp_path):
                             "MetaSchedule's result: ") for s in data["summary"])
     assert "trials per task ours needs" in proc.stdout  # the table is printed too
 
-    # --ms-from: stock MetaSchedule re-timed from that run's databases, no new trial.
-    again = tmp_path / "again"
-    proc = subprocess.run(cmd[:cmd.index("--per-task")] + [
-        "--per-task", "1", "--ms-per-task", "1", "--no-ms-same-budget", "--out", str(again),
-        "--rounds", "2",
-        "--slot-ms", "100", "--ms-from", str(out)], cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=900)
-    assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    data2 = json.loads((again / P_JSON).read_text())
-    old = {r["key"]: r for r in data["rows"] if r["key"].startswith("metaschedule")}
-    new = {r["key"]: r for r in data2["rows"] if r["key"].startswith("metaschedule")}
-    assert set(new) == set(old) == {"metaschedule"}
-    for key, r in new.items():
-        assert r["status"] == "ok" and r["tune_s"] == old[key]["tune_s"]
-        assert r["extra"]["reused_from"].startswith(str(out))
-        assert r["extra"]["records"] == old[key]["extra"]["records"]  # nothing re-tuned
-    # A run with another MetaSchedule budget cannot reuse it.
-    proc = subprocess.run(cmd[:cmd.index("--per-task")] + [
-        "--ms-per-task", "3", "--out", str(tmp_path / "bad"), "--ms-from", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "ms_per_task" in proc.stderr, proc.stderr[-2000:]
+    # --ms-from: stock MetaSchedule re-built from that run's databases, no new trial. Run
+    # in this process through the harness's own steps (parse_args reads the earlier run,
+    # ms_row applies its database, run_system checks it against ONNX Runtime): a second
+    # `python -m benchmarks.pretrained` would re-tune our rows too, a third of this test.
+    from benchmarks import models as model_registry
+    from benchmarks.systems import Context, Row, prepare_ort, run_system
+    from tvm_fusion import load_target
+
+    args = pretrained.parse_args(["--model", "embedded", "--ms-per-task", "1",
+                                  "--out", str(tmp_path / "again"), "--ms-from", str(out),
+                                  "--ms-builder-timeout", "1"])
+    assert args.ms_earlier["settings"]["n_tasks"] == n
+    model = model_registry.load("embedded")
+    ctx = Context(model=model, inputs=model.inputs(), hw=load_target(data["settings"]["target"]),
+                  trials=0, work=tmp_path / "again" / "work" / "embedded", logs=None,
+                  ms_builder_timeout=args.ms_builder_timeout)
+    _call, outputs = prepare_ort(ctx, Row("onnxruntime", "ONNX Runtime"))
+    new, prepare = pretrained.ms_row(pretrained.MS_KEY, "MetaSchedule (1/task)", 1, n, ctx,
+                                     args.ms_earlier, args.ms_from)
+    run_system(prepare, None, new, outputs(), pretrained.TOL, log=lambda _msg: None)
+    old = next(r for r in data["rows"] if r["key"] == "metaschedule")
+    assert new.status == "ok" and new.max_err <= 1e-4, (new.status, new.reason)
+    assert new.tune_s == old["tune_s"] and new.call is not None  # ready to be timed
+    assert new.extra["reused_from"].startswith(str(out))
+    assert new.extra["records"] == old["extra"]["records"]  # nothing re-tuned
+    # A run with another MetaSchedule budget cannot reuse it: a usage error (exit 2).
+    with pytest.raises(SystemExit) as exc:
+        pretrained.parse_args(["--model", "embedded", "--ms-per-task", "3",
+                               "--out", str(tmp_path / "bad"), "--ms-from", str(out)])
+    assert exc.value.code == 2 and "ms_per_task" in capsys.readouterr().err
