@@ -259,6 +259,38 @@ def test_common_subexpressions_merge_and_report_reads_as_a_sentence():
         r.identity_casts = 0  # frozen
 
 
+def test_constant_comparisons_fold_in_numpy_not_with_fold_constant():
+    # an unrolled loop's counter tests (captcha-crnn: 40 ``less`` after import) sent the
+    # module to TVM's FoldConstant, which compiled 200 kernels; numpy folds them, the
+    # same values as FoldConstant's, and the Where they select with
+    from tvm_fusion.simplify.fold import NumpyFolder, constant_calls
+
+    x = relax.Var("x", relax.TensorType((3, 2), "float32"))
+    i, n = relax.const(np.array([1, 5, 3], "int64")), relax.const(np.array([3, 3, 3], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            ops = [bb.emit(f(i, n)) for f in (relax.op.less, relax.op.less_equal,
+                                               relax.op.greater, relax.op.greater_equal,
+                                               relax.op.equal, relax.op.not_equal)]
+            both = bb.emit(relax.op.logical_and(ops[0], relax.op.logical_not(ops[4])))
+            either = bb.emit(relax.op.logical_or(both, ops[2]))
+            pick = bb.emit(relax.op.where(relax.op.reshape(either, (3, 1)), x,
+                                          relax.const(np.zeros((3, 2), "float32"))))
+            out = bb.emit_output(relax.Tuple([pick, *ops, either]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert constant_calls(mod) >= 6
+    ours, theirs = NumpyFolder(mod).run(), relax.transform.FoldConstant()(mod)
+    assert constant_calls(ours) == 0
+    arrays = [RNG.standard_normal((3, 2)).astype(np.float32)]
+    run = lambda m: relax.VirtualMachine(tvm.compile(m, target=LLVM), tvm.cpu())["main"](
+        *[tvm.runtime.tensor(a) for a in arrays])
+    for got, want in zip(run(ours), run(theirs)):
+        assert got.numpy().dtype == want.numpy().dtype
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_dead_ops_are_removed_exactly():
     # an op whose result nothing reads (an exporter's leftover) is not computed
     nodes = [_n("Relu", ["x"], ["out"]), _n("Sigmoid", ["x"], ["unused"]),
