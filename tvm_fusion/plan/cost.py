@@ -81,7 +81,7 @@ from typing import Callable, Iterable
 from ..graph import OpGraph
 from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
-from .int8 import int8_peak
+from .int8 import int8_peak, is_int8, reaches_int8_unit
 from .op_info import OpInfo, graph_info
 
 ELEM_TILE = 256    # elements per independent tile of an elementwise op (one 256-thread block)
@@ -198,6 +198,8 @@ def _contraction(model, nid, members, terms):
     info = model.infos[nid]
     node = model.graph.nodes[nid]
     dtype = model.operand_dtype(nid)
+    if is_int8(dtype) and not reaches_int8_unit(model.hw, node.op):
+        dtype = "int32"  # integer loops on the vector units (plan/int8.py)
     terms.flops += node.flops
     terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True) \
         / lane_utilisation(model.hw, node) / model.efficiency(nid)

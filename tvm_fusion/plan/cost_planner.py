@@ -32,7 +32,7 @@ from .cost import AnalyticalCostModel, GroupCost, decision_terms
 from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
-from .int8 import int8_note, is_int8
+from .int8 import FALLBACK_NOTE, int8_note, is_int8, reaches_int8_unit
 from .patterns import match_pattern
 from .legality import GroupGraph, cpu_violation, gpu_violation, violation
 from .op_info import graph_info, node_name
@@ -350,9 +350,11 @@ class CostPlanner:
                 reason += f"; {d.note(self.graph)}"
             if fused.source != "analytical":  # a learned model priced it (or declined)
                 reason += f"; {fused.source}"
-            if any(self.graph.nodes[n].kind == "gemm" and is_int8(self.rules.operand_dtype(n))
-                   for n in nodes):
-                reason += f"; {int8_note(self.hw)}"
+            int8 = [self.graph.nodes[n].op for n in nodes if self.graph.nodes[n].kind == "gemm"
+                    and is_int8(self.rules.operand_dtype(n))]
+            if int8:
+                reason += f"; {int8_note(self.hw)}" \
+                    if all(reaches_int8_unit(self.hw, op) for op in int8) else f"; {FALLBACK_NOTE}"
             chain = len(components(self.graph, nodes)) == 1  # siblings are no chain
             match = match_pattern(self.graph, nodes) if chain else None
             if match:

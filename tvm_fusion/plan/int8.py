@@ -16,11 +16,23 @@ instruction:
 from __future__ import annotations
 
 _INT8 = ("int8", "uint8")
+VNNI_CONV = "conv2d_NCHWc_int8"  # graph/int8_conv.py: the blocked conv VNNI reads
+FALLBACK_NOTE = ("int8 conv not in VNNI's blocked form (depthwise, grouped, NCHW or "
+                 "channels not in blocks of 16): integer loops, priced at the fp32 rate")
 
 
 def is_int8(dtype: str) -> bool:
     """Whether a GEMM operand dtype is an 8-bit integer."""
     return str(dtype) in _INT8
+
+
+def reaches_int8_unit(hw, op: str) -> bool:
+    """Whether an int8 contraction (PrimFunc ``op``) can run on :func:`int8_unit` of
+    ``hw``. On CPUs a conv does only in the blocked form of :data:`VNNI_CONV` (16 output
+    lanes x 4 input channels); any other int8 conv is integer loops (``vpmulld``, no
+    ``vpdpbusd``), so pricing it at the VNNI rate would let an NCHW plan of a QDQ CNN
+    look 10x faster than it runs."""
+    return hw.family != "cpu" or not op.startswith("conv2d") or op.startswith(VNNI_CONV)
 
 
 def int8_unit(hw) -> tuple[str, str]:
