@@ -80,6 +80,10 @@ def _stable_names(graph: OpGraph, group: ParallelMatmuls) -> tuple[str, ...]:
 
 
 def _margin(us: float) -> float:
+    # The whole time, compute included, unlike a CPU merge's margin
+    # (CostPlanner.shared_us): a merge keeps its GEMM as it is, so the compute share's
+    # error cancels between the two sides; combining changes the GEMM's shape (N three
+    # times wider), whose achieved share is what the model knows least.
     return TIE_FRACTION * us + TIE_FLOOR_US
 
 
