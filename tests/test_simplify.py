@@ -291,6 +291,30 @@ def test_constant_comparisons_fold_in_numpy_not_with_fold_constant():
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def test_ops_on_constants_are_computed_at_import_and_counted():
+    # an exporter's constant arithmetic (a weight scaled, a shape computed) is no
+    # kernel; plan's summary says how many went, not "nothing to simplify"
+    from tvm_fusion.simplify import simplify_module
+
+    x = relax.Var("x", relax.TensorType((4, 3), "float32"))
+    wv = RNG.standard_normal((4, 3)).astype(np.float32)
+    w = relax.const(wv)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w2 = bb.emit(relax.op.multiply(w, relax.const(2.0, "float32")))
+            shifted = relax.op.subtract(w2, relax.const(1.0, "float32"))
+            out = bb.emit_output(relax.op.add(x, shifted))
+        bb.emit_func_output(out)
+    mod, report = simplify_module(bb.get())
+    assert (report.ops_before, report.ops_after, report.constants_folded) == (3, 1, 2)
+    assert report.summary() == "simplified 3 -> 1 ops: computed 2 ops on constants at import"
+    a = RNG.standard_normal((4, 3)).astype(np.float32)
+    got = relax.VirtualMachine(tvm.compile(mod, target=LLVM), tvm.cpu())["main"](
+        tvm.runtime.tensor(a)).numpy()
+    np.testing.assert_allclose(got, a + (2 * wv - 1), rtol=1e-6)
+
+
 def test_dead_ops_are_removed_exactly():
     # an op whose result nothing reads (an exporter's leftover) is not computed
     nodes = [_n("Relu", ["x"], ["out"]), _n("Sigmoid", ["x"], ["unused"]),

@@ -69,7 +69,9 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
     # Batch norms left (after a conv bias, a matmul...) become constant Sub/Mul/Add chains
     # the affine folder takes; legalization would decompose them anyway.
     mod = relax.transform.DecomposeOpsForInference()(mod)
+    n = count_ops(mod)
     mod = _cleanup(fold_constants(mod))
+    counts["constants_folded"] = n - count_ops(mod)
 
     casts = CastEliminator(mod)
     mod = _cleanup(casts.run())

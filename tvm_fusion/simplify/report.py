@@ -32,6 +32,9 @@ class SimplifyReport:
         Duplicate operator calls removed by common subexpression elimination.
     dead_ops : int
         Operator calls the imported module computed but never used.
+    constants_folded : int
+        Operator calls on constants only, computed at import (shape arithmetic, weight
+        transposes, the importer's own constant expressions).
     """
 
     ops_before: int
@@ -48,6 +51,7 @@ class SimplifyReport:
     matmuls_combined: int = 0
     common_subexprs: int = 0
     dead_ops: int = 0
+    constants_folded: int = 0
     int8_gemms: int = 0
     """QDQ and MatMulInteger GEMMs rewritten to read their int8 operands (:mod:`.qdq`)."""
 
@@ -85,5 +89,7 @@ class SimplifyReport:
             parts.append(f"merged {self.common_subexprs} common subexpressions")
         if self.dead_ops:
             parts.append(f"removed {self.dead_ops} dead ops")
+        if self.constants_folded:
+            parts.append(f"computed {self.constants_folded} ops on constants at import")
         head = f"simplified {self.ops_before} -> {self.ops_after} ops"
         return f"{head}: {', '.join(parts)}" if parts else f"{head}: nothing to simplify"
