@@ -387,6 +387,50 @@ def qdq_matmul_s8(rows=128, k=256, n=128, seed=0) -> onnx.ModelProto:
          const("sw", 0.004), const("zw", 0, np.int8), const("sy", 0.1), const("zy", 0, np.int8)])
 
 
+def qdq_stem_depthwise(channels=16, size=16, seed=0) -> onnx.ModelProto:
+    """The head of a quantized MobileNet, QDQ with power-of-two scales (ONNX Runtime's
+    output exact): x (3 channels) -> Q -> DQ -> the stem Conv 3x3 stride 2 (pads with
+    the zero point 128) -> Relu -> Q -> DQ -> depthwise Conv 3x3 (zero point 3 pads)
+    -> Q -> DQ -> depthwise Conv 5x5 stride 2 (zero point 0, bias) -> Q -> DQ -> y."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    w0 = rng.integers(-127, 128, (c, 3, 3, 3)).astype(np.int8)
+    w1 = rng.integers(-127, 128, (c, 1, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-127, 128, (c, 1, 5, 5)).astype(np.int8)
+    inits = [
+        const("s0", 2.0 ** -5), const("z0", 128, np.uint8),
+        nh.from_array(w0, "w0"), const("w0s", 2.0 ** -rng.integers(7, 10, c)),
+        const("w0z", np.zeros(c), np.int8),
+        const("s1", 2.0 ** -2), const("z1", 3, np.uint8),
+        nh.from_array(w1, "w1"), const("w1s", 2.0 ** -rng.integers(6, 9, c)),
+        const("w1z", np.zeros(c), np.int8),
+        const("s2", 2.0 ** -1), const("z2", 0, np.uint8),
+        nh.from_array(w2, "w2"), const("w2s", 2.0 ** -8), const("w2z", 0, np.int8),
+        const("b2", rng.integers(-64, 64, c) * 2.0 ** -9),
+        const("s3", 2.0 ** -1), const("z3", 128, np.uint8),
+    ]
+    return make("qdq_stem_depthwise", [
+        h.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+        h.make_node("DequantizeLinear", ["w0", "w0s", "w0z"], ["w0d"], axis=0),
+        h.make_node("Conv", ["xd", "w0d"], ["c0"], pads=[1, 1, 1, 1], strides=[2, 2],
+                    name="stem"),
+        h.make_node("Relu", ["c0"], ["r0"]),
+        h.make_node("QuantizeLinear", ["r0", "s1", "z1"], ["r0q"]),
+        h.make_node("DequantizeLinear", ["r0q", "s1", "z1"], ["r0d"]),
+        h.make_node("DequantizeLinear", ["w1", "w1s", "w1z"], ["w1d"], axis=0),
+        h.make_node("Conv", ["r0d", "w1d"], ["c1"], pads=[1, 1, 1, 1], group=c, name="dw3x3"),
+        h.make_node("QuantizeLinear", ["c1", "s2", "z2"], ["c1q"]),
+        h.make_node("DequantizeLinear", ["c1q", "s2", "z2"], ["c1d"]),
+        h.make_node("DequantizeLinear", ["w2", "w2s", "w2z"], ["w2d"]),
+        h.make_node("Conv", ["c1d", "w2d", "b2"], ["c2"], pads=[2, 2, 2, 2], strides=[2, 2],
+                    group=c, name="dw5x5"),
+        h.make_node("QuantizeLinear", ["c2", "s3", "z3"], ["c2q"]),
+        h.make_node("DequantizeLinear", ["c2q", "s3", "z3"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, 3, size, size])],
+        [_vi("y", T.FLOAT, [1, c, size // 4, size // 4])], inits)
+
+
 def qdq_convs(channels=16, size=8, seed=0) -> onnx.ModelProto:
     """QDQ as quantize_static writes it, with scales that are powers of two (so that
     every float step is exact and ONNX Runtime's output is bit-exact to compare with):

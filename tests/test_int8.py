@@ -256,6 +256,55 @@ def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path)
     np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)
 
 
+def _vector_lanes(func, block: str) -> list[int]:
+    """Extents of the vectorized loops around ``block`` of a PrimFunc."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock(block))]
+    return [int(lp.extent) for lp in loops if lp.kind == tvm.tirx.ForKind.VECTORIZED]
+
+
+@pytest.fixture(scope="module")
+def stem_depthwise():
+    proto = oc.qdq_stem_depthwise()
+    model = import_model(proto)
+    return proto, model, compile_model(model, "host", layout="nchwc")
+
+
+def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):
+    """A QDQ stem (3 channels, zero point 128) and two depthwise convs (3x3 with zero
+    point 3 padding it, 5x5 stride 2 with a bias), power-of-two scales: the stem's
+    channels are padded to 4 for VNNI (graph/int8_conv.py), each depthwise conv keeps 16
+    channels in vector lanes untuned (tune/int8_dw.py), and the output equals ONNX
+    Runtime's bit for bit."""
+    from tvm_fusion import load_target
+    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.plan import graph_for_plan
+    from tvm_fusion.tune.int8_dw import BLOCK
+    from tvm_fusion.tune.schedulable import kernel_module
+
+    proto, model, compiled = stem_depthwise
+    stem = [g for g in compiled.plan.groups if g.ops[0].startswith("conv2d_NCHWc_int8")]
+    assert len(stem) == 1 and "int8 GEMM priced on" in stem[0].reason
+    if "avx512_vnni" in load_target("host").features:  # the stem's alone: no other conv
+        assert "vpdpbusd" in _asm(compiled.executable)
+    graph = graph_for_plan(model.mod, compiled.plan)
+    mod = default_cpu_schedule(kernel_module(graph, compiled.plan, prepack=False),
+                               tvm.target.Target(compiled.info["tvm_target"]))
+    depthwise = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
+                 and f'"{BLOCK}_update"' in f.script()]
+    assert len(depthwise) == 2
+    assert all(f.attrs["tirx.is_scheduled"] and _vector_lanes(f, f"{BLOCK}_update") == [16]
+               for f in depthwise)
+    vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
+    inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]
+    got = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    want = run_onnxruntime(proto, inputs)[0]
+    assert np.unique(want).size > 40  # not a saturated output
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("target, together", [("x86_avx512", True), ("a100", False)])
 def test_dynamic_quantize_min_and_max_may_share_a_kernel_on_cpus(target, together):
     """DynamicQuantizeLinear's min and max reductions read the same tensor: on a CPU they

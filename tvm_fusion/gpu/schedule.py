@@ -14,6 +14,7 @@ from tvm.s_tir import dlight as dl
 from tvm.target.codegen import target_has_features
 
 from ..tune.fast_import import import_tensor_intrinsics
+from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
 from ..tune.vnni import CONV_BLOCK, PACKED_BLOCK, schedule_conv_vnni, schedule_packed_vnni
 from .int8 import PackedInt8Dp4a
 from .tir_check import check_func
@@ -35,17 +36,21 @@ def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
     """``mod`` with its unscheduled packed int8 GEMMs and blocked int8 convs on VNNI where
     ``target`` has ``avx512_vnni`` (:func:`tvm_fusion.tune.vnni.schedule_packed_vnni`,
     :func:`~tvm_fusion.tune.vnni.schedule_conv_vnni`: unscheduled, such a kernel is a
-    scalar loop ~250x slower); every other kernel as it is, which LLVM
-    lowers as written. ``mod`` itself when nothing changed."""
-    if not target_has_features("avx512vnni", target):
-        return mod
+    scalar loop ~250x slower), its blocked int8 depthwise convs with channels in vector
+    lanes (:func:`tvm_fusion.tune.int8_dw.schedule_int8_depthwise`); every other kernel
+    as it is, which LLVM lowers as written. ``mod`` itself when nothing changed."""
+    vnni = target_has_features("avx512vnni", target)
     updated = {}
     for gv, func in mod.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
             continue
         text = str(func)
-        scheduled = schedule_packed_vnni(func) if PACKED_BLOCK in text else \
-            schedule_conv_vnni(func) if CONV_BLOCK in text else None
+        scheduled = None
+        if vnni:
+            scheduled = schedule_packed_vnni(func) if PACKED_BLOCK in text else \
+                schedule_conv_vnni(func) if CONV_BLOCK in text else None
+        if scheduled is None and has_int8_depthwise(text):  # any vector ISA: 16 lanes
+            scheduled = schedule_int8_depthwise(func)
         if scheduled is not None:
             updated[gv] = scheduled
     if not updated:

@@ -18,7 +18,8 @@ from __future__ import annotations
 _INT8 = ("int8", "uint8")
 VNNI_CONV = "conv2d_NCHWc_int8"  # graph/int8_conv.py: the blocked conv VNNI reads
 FALLBACK_NOTE = ("int8 conv not in VNNI's blocked form (depthwise, grouped, NCHW or "
-                 "channels not in blocks of 16): integer loops, priced at the fp32 rate")
+                 "channels not in blocks of 16): int32 vector loops (a depthwise conv "
+                 "holds 16 channels in lanes), priced at the fp32 rate")
 
 
 def is_int8(dtype: str) -> bool:

