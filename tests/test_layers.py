@@ -25,10 +25,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
     # specs, shipped data, model sources. tune.fast_import, tune.ms_compat and tune.vnni
     # (the VNNI intrinsic records replay with) are TVM work-arounds that the GPU and
-    # cost-model stages below tune/ and the log database need as well; "tune" is
+    # cost-model stages below tune/ and the log database need as well (tune.int8_dw,
+    # the default int8 depthwise schedule, with tune.vnni); "tune" is
     # tune/__init__.py, which imports its names on first use (nothing when loaded).
     ("base", ("errors", "config", "version", "data", "targets", "zoo", "embedded",
-              "tune.fast_import", "tune.ms_compat", "tune.vnni", "tune")),
+              "tune.fast_import", "tune.ms_compat", "tune.vnni", "tune.int8_dw", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;
