@@ -157,7 +157,10 @@ def audit(model, targets: list[str], *, cpu_error: float, gpu_error: float,
                 continue
             fuseops = {frozenset(g) for g in fuseops_groups(ga)}
             planners = {ta: CostPlanner(ga, hws[ta]), tb: CostPlanner(gb, hws[tb])}
-            for ra, rb in regions([g.nodes for g in pa.groups], [g.nodes for g in pb.groups]):
+            found = regions([g.nodes for g in pa.groups], [g.nodes for g in pb.groups])
+            if not found:
+                out["differences"].append({"targets": [ta, tb], "note": "the same kernels"})
+            for ra, rb in found:
                 side = ("a" if set(ra) <= fuseops else "b" if set(rb) <= fuseops else "neither")
                 err = {t: cpu_error if hws[t].family == "cpu" else gpu_error for t in (ta, tb)}
                 views = [judge(planners[ta], ra, rb, error=err[ta],
