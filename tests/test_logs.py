@@ -424,6 +424,7 @@ TRIPWIRES = """
         raise SystemExit("TUNING RAN")
     ms.tune_tasks = driver._run_search = tripwire
     ms.builder.LocalBuilder.build = ms.runner.LocalRunner.run = tripwire
+    importlib.import_module("tvm_fusion.tune.builder").PooledBuilder.build = tripwire
     from tvm_fusion.cli import main
     sys.exit(main(sys.argv[1:]))
 """

@@ -30,7 +30,8 @@ from ..gpu.check import checked_space_generator
 from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
-from .fast_import import build_kernel, import_tensor_intrinsics
+from .builder import PooledBuilder
+from .fast_import import import_tensor_intrinsics
 from .logs import (check_writable, kernel_table, open_database, orphaned_records,
                    read_manifest, target_dir, target_identity, target_key, write_manifest)
 from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
@@ -410,7 +411,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
                 tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
                 max_trials_global=sum(allot.values()),
                 max_trials_per_task=max(allot.values()), num_trials_per_iter=batch,
-                builder=ms.builder.LocalBuilder(timeout_sec=60, f_build=build_kernel),
+                builder=PooledBuilder(timeout_sec=60),
                 runner=runner, database=candidates_db, measure_callbacks=callbacks,
                 cost_model=cost_model if cost_model is not None else "xgb",
                 task_scheduler=BudgetedRoundRobin(state.done))

@@ -153,13 +153,28 @@ def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,
         raise MeasureError("--rpc-tracker and --rpc-key go together: give both to measure on "
                            "remote devices, or neither to measure on this machine")
     if rpc_tracker is None:
-        return ms.runner.LocalRunner(evaluator_config=evaluator_config())
+        return local_runner()
     host, port = parse_tracker(rpc_tracker)
     free = check_tracker(host, port, rpc_key)
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
                                  session_priority=1, session_timeout_sec=session_timeout_s)
     return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator_config(),
                                max_workers=free)
+
+
+_local: list = []
+
+
+def local_runner() -> ms.runner.LocalRunner:
+    """This process's local runner, made once: its one worker process stays up between
+    ``tune()`` calls (a new one imports TVM first, seconds here); a worker that died is
+    replaced before the next measurement."""
+    from .builder import drop_dead_workers
+
+    if not _local:
+        _local.append(ms.runner.LocalRunner(evaluator_config=evaluator_config()))
+    drop_dead_workers(_local[0].pool)
+    return _local[0]
 
 
 def remeasure(runner: ms.runner.Runner, device_type: str, items: Sequence[tuple[str, list]],
