@@ -134,9 +134,12 @@ explore.plot_roofline(kernels, hw);'''),
     ("md", """## Tuning curves: tvm-fusion against stock TVM (FuseOps + MetaSchedule)
 
 Both get the same number of trials. The estimate after each trial is the sum over
-kernels of the best latency so far times calls per inference."""),
+kernels of the best latency so far times calls per inference. Stock MetaSchedule runs
+with its default population (512 candidates evolved per batch; `TVM_FUSION_NB_POPULATION`,
+the tests use 16 for their 4 trials)."""),
     ("code", '''ours = explore.tuning_curve(model, hw, work / "logs")
-stock = explore.tune_metaschedule(model, hw, trials=TRIALS, work_dir=work / "metaschedule")
+stock = explore.tune_metaschedule(model, hw, trials=TRIALS, work_dir=work / "metaschedule",
+                                  population=int(config.NB_POPULATION.get()))
 explore.plot_tuning_curves([ours, stock]);'''),
     ("md", "## Deploy: compile from the logs, export, load, run"),
     ("code", '''compiled = tf.compile_model(model, hw, logs=work / "logs")

@@ -31,6 +31,7 @@ def test_notebook_is_committed_without_outputs(path):
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("TVM_FUSION_NB_TRIALS", "4")
     monkeypatch.setenv("TVM_FUSION_NB_ROUNDS", "50")
+    monkeypatch.setenv("TVM_FUSION_NB_POPULATION", "16")  # for 4 trials, not 512
     monkeypatch.setenv("TVM_FUSION_JIT_CACHE", str(tmp_path / "jit"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [str(path.parents[1]), os.environ.get("PYTHONPATH")])))

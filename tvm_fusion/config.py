@@ -56,6 +56,10 @@ NB_TRIALS = Knob(
 NB_ROUNDS = Knob(
     name="TVM_FUSION_NB_ROUNDS", default="200",
     meaning="boosting rounds of the cost model the third notebook trains (tests: 50)")
+NB_POPULATION = Knob(
+    name="TVM_FUSION_NB_POPULATION", default="512",
+    meaning="population of the stock MetaSchedule search in the second notebook "
+            "(MetaSchedule's default; tests: 16)")
 
 KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC, NB_TRIALS,
-                           NB_ROUNDS)
+                           NB_ROUNDS, NB_POPULATION)

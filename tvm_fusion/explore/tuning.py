@@ -25,7 +25,8 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from ..errors import LogError
 from ..plan import FusionPlan, graph_for_plan
 from ..targets import as_target
-from ..tune.fast_import import build_kernel, import_tensor_intrinsics
+from ..tune.builder import PooledBuilder
+from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import plain_task_tables
 from ..tune.prepack import entry_prepack
@@ -236,17 +237,22 @@ def _stock_module(mod, tvm_target):
                                          relax.get_pipeline("zero")])(mod)
 
 
-def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: float = 180.0
-                      ) -> TuningCurve:
+def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: float = 180.0,
+                      population: int | None = None) -> TuningCurve:
     """Tune ``model`` with stock TVM (FuseOps + MetaSchedule) and return its curve.
 
     The baseline for :func:`plot_tuning_curves`: TVM's own task extraction, search,
     cost model and budget policy, unchanged, with ``trials`` in all. One thing differs
-    from a stock run: the builder function. MetaSchedule's default builder imports
+    from a stock run: the builder. MetaSchedule's default builder imports
     ``tvm.s_tir.tensor_intrin`` in every worker of every batch (25 s on a quiet 2-core
     machine, longer than its 30 s timeout under load, so every build fails); ours
-    compiles the same scheduled module with the same ``tvm.tirx.build`` and skips that
-    import (see ``tvm_fusion.tune.fast_import``). The schedules measured are the same.
+    compiles the same scheduled module with the same ``tvm.tirx.build``, skips that
+    import (see ``tvm_fusion.tune.fast_import``) and keeps its workers between batches
+    (``tvm_fusion.tune.builder``). The schedules measured are the same.
+
+    ``population`` is the evolutionary search's population size (default
+    MetaSchedule's, 512); a smaller one samples fewer candidates per batch, for tiny
+    budgets (the notebook tests run 4 trials).
     """
     plain_task_tables()
     import_tensor_intrinsics()
@@ -259,7 +265,9 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
         ms.relax_integration.tune_relax(
             _stock_module(model.mod, tvm_target), params={}, target=tvm_target,
             work_dir=str(work_dir), max_trials_global=trials,
-            builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout, f_build=build_kernel))
+            builder=PooledBuilder(timeout_sec=builder_timeout),
+            strategy=("evolutionary" if population is None else
+                      ms.search_strategy.EvolutionarySearch(population_size=population)))
     finally:
         logging.disable(logging.NOTSET)
     return metaschedule_curve(model, hw, work_dir)
