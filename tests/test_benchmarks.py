@@ -128,14 +128,14 @@ def test_pretrained_benchmark_smoke(tmp_path, capsys):
     Stock MetaSchedule's builder gets a 1 s timeout (shorter than its workers' start-up,
     see the module docstring): its builds all time out fast and its rows are FuseOps'
     unscheduled kernels, which is enough to check the structure; the tuned path is the
-    smoke run in benchmarks/README.md. One run of the benchmark in a fresh process; its
-    ``--ms-from`` path and usage errors are checked in this process (no re-tuning).
+    smoke run in benchmarks/README.md. One run of the benchmark's ``main`` in this process
+    (the harness smoke above checks the fresh-process ``python -m`` path; this one's import
+    would cost a fifth of it), then its ``--ms-from`` path and usage errors (no
+    re-tuning).
     """
     from benchmarks import pretrained
     from benchmarks.pretrained import DEFAULT_COST_MODEL, JSON_NAME as P_JSON, MD_NAME as P_MD
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # A missing cost model is a clear error before any work, not a traceback.
     assert pretrained.main(["--model", "embedded", "--cost-model", str(tmp_path / "none.json"),
                             "--out", str(tmp_path / "none")]) == 2
@@ -145,12 +145,12 @@ def test_pretrained_benchmark_smoke(tmp_path, capsys):
         pytest.skip(f"the shipped cost model {DEFAULT_COST_MODEL} does not exist")
 
     out = tmp_path / "pretrained"
-    cmd = [sys.executable, "-m", "benchmarks.pretrained", "--model", "embedded",
-           "--per-task", "1,2", "--ms-per-task", "1", "--no-ms-same-budget", "--out", str(out),
-           "--rounds", "2", "--slot-ms", "100", "--ms-builder-timeout", "1",
-           "--ms-population", str(MS_POPULATION)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    status = pretrained.main(["--model", "embedded", "--per-task", "1,2", "--ms-per-task", "1",
+                              "--no-ms-same-budget", "--out", str(out), "--rounds", "2",
+                              "--slot-ms", "100", "--ms-builder-timeout", "1",
+                              "--ms-population", str(MS_POPULATION)])
+    printed = capsys.readouterr()
+    assert status == 0, f"failed:\n{printed.out[-3000:]}\n{printed.err[-3000:]}"
     data = json.loads((out / P_JSON).read_text())
     table = _pretrained_table((out / P_MD).read_text())
     n = data["settings"]["n_tasks"]
@@ -178,7 +178,7 @@ def test_pretrained_benchmark_smoke(tmp_path, capsys):
     assert peer["population"] == MS_POPULATION
     assert any(s.startswith("trials per task ours needs to come within 5% of "
                             "MetaSchedule's result: ") for s in data["summary"])
-    assert "trials per task ours needs" in proc.stdout  # the table is printed too
+    assert "trials per task ours needs" in printed.out  # the table is printed too
 
     # --ms-from: stock MetaSchedule re-built from that run's databases, no new trial. Run
     # in this process through the harness's own steps (parse_args reads the earlier run,
