@@ -15,6 +15,7 @@ that reached the whole process group) is replaced before its next build.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 from tvm.ir.utils import derived_object
@@ -27,19 +28,20 @@ from .fast_import import build_kernel
 
 MAX_USES = 64  # builds per worker before it is replaced (TVM's leak guard, amortised)
 
-_pools: dict[tuple[int, float], PopenPoolExecutor] = {}
+_pools: dict[tuple[int, int, float], PopenPoolExecutor] = {}
 _lock = threading.Lock()
 
 
 def shared_pool(max_workers: int, timeout_s: float) -> PopenPoolExecutor:
     """This process's builder pool for ``(max_workers, timeout_s)``; its dead workers
     are dropped first, so the next build starts a fresh one in their place."""
+    key = (os.getpid(), max_workers, timeout_s)  # a forked child starts its own workers
     with _lock:
-        pool = _pools.get((max_workers, timeout_s))
+        pool = _pools.get(key)
         if pool is None:
             pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_s,
                                      maximum_process_uses=MAX_USES)
-            _pools[(max_workers, timeout_s)] = pool
+            _pools[key] = pool
     drop_dead_workers(pool)
     return pool
 
@@ -56,8 +58,9 @@ def drop_dead_workers(pool: PopenPoolExecutor) -> None:
 @atexit.register
 def _shutdown() -> None:
     with _lock:
-        for pool in _pools.values():
-            pool.shutdown(wait=False)
+        for (pid, _, _), pool in _pools.items():
+            if pid == os.getpid():
+                pool.shutdown(wait=False)
         _pools.clear()
 
 

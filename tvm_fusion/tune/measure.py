@@ -9,6 +9,7 @@ the candidate may replace it (:func:`remeasure`).
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import statistics
 from typing import Sequence
@@ -162,19 +163,20 @@ def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,
                                max_workers=free)
 
 
-_local: list = []
+_local: dict[int, ms.runner.LocalRunner] = {}
 
 
 def local_runner() -> ms.runner.LocalRunner:
     """This process's local runner, made once: its one worker process stays up between
     ``tune()`` calls (a new one imports TVM first, seconds here); a worker that died is
-    replaced before the next measurement."""
+    replaced before the next measurement, and a forked child makes its own."""
     from .builder import drop_dead_workers
 
-    if not _local:
-        _local.append(ms.runner.LocalRunner(evaluator_config=evaluator_config()))
-    drop_dead_workers(_local[0].pool)
-    return _local[0]
+    runner = _local.get(os.getpid())
+    if runner is None:
+        runner = _local[os.getpid()] = ms.runner.LocalRunner(evaluator_config=evaluator_config())
+    drop_dead_workers(runner.pool)
+    return runner
 
 
 def remeasure(runner: ms.runner.Runner, device_type: str, items: Sequence[tuple[str, list]],
