@@ -193,8 +193,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="comma-separated kernel names")
+    ap.add_argument("--arms", default="rules,stock",
+                    help="comma-separated spaces to tune: rules (cpu.json), stock (without "
+                         "tvm-fusion's rules)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
+
+    import tvm
 
     from tvm_fusion.targets import load_target
     from tvm_fusion.tune.fast_import import import_tensor_intrinsics
@@ -202,7 +207,8 @@ def main(argv=None) -> int:
 
     import_tensor_intrinsics()
     target = load_target("host").tvm_target()
-    spaces = {"rules": load_search_space("cpu"), "stock": stock_space()}
+    makers = {"rules": lambda: load_search_space("cpu"), "stock": stock_space}
+    spaces = {arm: makers[arm]() for arm in args.arms.split(",")}
     rows = []
     for name, m, k, n, epi in SHAPES:
         if args.only and name not in args.only.split(","):
@@ -243,7 +249,8 @@ def main(argv=None) -> int:
                           f"({row[arm]['vs_numpy']:.2f}x numpy, best: "
                           f"{_label(arm, row[arm]['best_rules'])})" for arm in tuned),
               flush=True)
-    result = {"target": str(target), "unset_for_numpy": {k: os.environ[k] for k in UNSET
+    result = {"target": str(target), "tvm_threads": tvm.get_global_func("runtime.NumThreads")(),
+              "load_average": os.getloadavg(), "unset_for_numpy": {k: os.environ[k] for k in UNSET
                                                          if k in os.environ},
               "rows": rows}
     if args.out:

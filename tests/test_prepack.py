@@ -138,6 +138,8 @@ m = tf.load_module(sys.argv[1])
 x = np.load(sys.argv[2])
 np.save(sys.argv[3], m(x)[0])
 print(m.info["prepacked"])
+import tvm
+print("threads", tvm.get_global_func("runtime.NumThreads")(), tf.config.physical_cores())
 """
 
 
@@ -145,12 +147,19 @@ def test_prepacked_module_round_trips_through_export_and_a_fresh_process(tuned, 
     compiled = tf.compile_model(tuned["model"], "host", logs=tuned["packed"])
     lib = compiled.export(tmp_path / "m.so")
     np.save(tmp_path / "x.npy", tuned["inputs"][0])
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # as a user's process starts: TVM's thread-pool variables unset (this process has
+    # them from importing tvm_fusion)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TVM_NUM_THREADS", "TVM_BIND_THREADS", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-c", FRESH, lib, tmp_path / "x.npy",
                            tmp_path / "y.npy"], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "matmul" in proc.stdout  # the sidecar says which kernels read packed weights
+    # the module's parallel loops run on every core (TVM alone takes half of them on x86)
+    threads, cores = proc.stdout.split("threads")[1].split()
+    assert int(threads) == int(cores) == tf.config.physical_cores()
     got = np.load(tmp_path / "y.npy")
     assert np.array_equal(got, compiled_run(compiled, tuned["inputs"]))
     assert max_rel_error(got, tuned["want"][0]) <= 1e-4

@@ -9,6 +9,7 @@ import pytest
 import tvm
 from tvm import te, topi
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule import _ffi_api as mutator_ffi
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
@@ -333,7 +334,10 @@ def test_register_tile_holds_a_vector_fma_tile_with_the_epilogue_at_it(host):
                    for i in _insts(s, "SampleCategorical")
                    if any(i.outputs[0].same_as(x) for sp in _insts(s, "Split")
                           for x in sp.inputs))  # (the unroll depth is one too)
-    assert cands == [(2,), (2, 4)]  # NR / lanes: a categorical decision
+    # NR / lanes: a categorical decision ((2, 4) at MR 4, (2,) at MR 8), and so is the
+    # parallel loop's job count, over the tiles that split evenly for every NR: at MR 8
+    # the 2 column tiles (2,), at MR 4 (1 column tile at NR 4) the 8 row tiles (2, 4, 8)
+    assert cands == [(2,), (2,), (2, 4), (2, 4, 8)]
     lanes = 16  # the host has AVX-512 (DESIGN.md); a 16-lane fp32 vector per FMA
     for sch in tiles:
         update = sch.get_sblock("c_update")
@@ -363,6 +367,12 @@ def _tile(sch, block="c_update"):  # (MR, NR / lanes) of a register-tile schedul
     return int(loops[-3].extent), int(loops[-2].extent)
 
 
+def _jobs(sch, block="c_update") -> int:  # the extent of the tile's parallel loop
+    loop = sch.get(sch.get_loops(sch.get_sblock(block))[0])
+    assert str(loop.kind) == "1"  # parallel
+    return int(loop.extent)
+
+
 def test_sampled_register_tiles_fill_the_accumulators_and_match_numpy(host):
     mod, ref = _mm_bias_relu_residual()
     ctx, spaces = _spaces_of(mod, host)
@@ -375,13 +385,21 @@ def test_sampled_register_tiles_fill_the_accumulators_and_match_numpy(host):
     for sch in drawn[::9]:
         got = _run(build_kernel(_postprocessed(ctx, sch).mod, host, None), arrays)
         np.testing.assert_allclose(got, ref(*arrays), rtol=1e-5, atol=1e-5)
-    # the search's mutator redraws NR / lanes among the filling candidates
+    # every draw runs on all the target's cores (a perfect tile could draw 1 job)
+    cores = int(host.attrs["num-cores"])
+    assert cores >= 2 and min(_jobs(s) for s in drawn) >= cores
+    # the search's mutator redraws NR / lanes among the filling candidates, or the job
+    # count: the trace stays valid either way
     mutate = MutateTileChoice()
     four = next(s for s in drawn if _tile(s) == (4, 2))
-    mutated = mutate.apply(four.trace)
-    sch = tvm.s_tir.Schedule(mod)
-    mutated.apply_to_schedule(sch, remove_postproc=True)
-    assert _tile(sch) == (4, 4)
+    mutants = []
+    for seed in range(1, 9):
+        mutated = mutator_ffi.MutatorApply(mutate, four.trace, seed)
+        sch = tvm.s_tir.Schedule(mod)
+        mutated.apply_to_schedule(sch, remove_postproc=True)
+        mutants.append(sch)
+    assert (4, 4) in {_tile(s) for s in mutants}
+    assert min(_jobs(s) for s in mutants) >= cores
     # without fill_percent MR and NR / lanes are drawn apart, most tiles far from full
     doc = _doc()
     doc["register_tile"]["fill_percent"] = None

@@ -15,6 +15,10 @@ The pipeline, one function per stage, each usable alone::
 
 from __future__ import annotations
 
+from .config import use_all_cores
+
+use_all_cores()  # before any TVM kernel runs: TVM's default is half the cores on x86
+
 from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError
 from .frontend import ImportedModel, TensorInfo, parse_shape

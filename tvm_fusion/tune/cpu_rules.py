@@ -24,6 +24,7 @@ rules that follow.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,15 +256,16 @@ def _vectorize_tail(sch, blocks, lanes: int) -> None:
 def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
                   max_rows: int, max_vecs: int, lanes: int,
                   mark: str = "register_tile",
-                  fill: tuple[int, tuple[int, ...]] | None = None) -> None:
+                  fill: tuple[int, tuple[int, ...]] | None = None, cores: int = 1) -> None:
     """Schedule ``block`` as an MR x NR vector-FMA tile (see the module docstring).
 
     ``rows`` is the iterator whose MR values share one broadcast; MR and NR / lanes are
     ``sample_perfect_tile`` decisions bounded by ``max_rows`` and ``max_vecs``. The NR / lanes
     vectors split ``j`` beyond its lanes, or, given, the ``cols`` iterator (``j`` is then
     exactly one vector). ``fill`` = (MR, candidate NR / lanes counts) fixes MR and draws
-    NR / lanes from the candidates (:func:`filling_tiles`); the tiles outside them stay
-    perfect-tile draws.
+    NR / lanes from the candidates (:func:`filling_tiles`), and the parallel loop then
+    has at least ``cores`` iterations wherever the tile count allows
+    (:func:`_parallel_splits`).
     """
     loops = sch.get_loops(block)
     outer, middle = [], []
@@ -285,11 +287,12 @@ def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
                                                            max_innermost_factor=max_vecs))
     else:
         mr, nvs = fill
+        col_tiles = math.gcd(*(_extent(sch, jo) // v for v in nvs))
         rr, r2 = sch.split(loops[rows], [None, mr])
         nv = sch.sample_categorical(list(nvs), [1.0 / len(nvs)] * len(nvs))
         jr, j2 = sch.split(jo, [None, nv])
-        r0, r1 = sch.split(rr, sch.sample_perfect_tile(rr, n=2, max_innermost_factor=64))
-        j0, j1 = sch.split(jr, sch.sample_perfect_tile(jr, n=2, max_innermost_factor=64))
+        (r0, r1), (j0, j1) = _parallel_splits(sch, rr, jr, _extent(sch, rr), col_tiles,
+                                              cores)
     red = [loops[r] for r in nest.reduction]
     # j1 outside r1: one NR-column panel of the packed operand stays in cache while
     # the MR-row strips of the other stream past it
@@ -302,6 +305,35 @@ def register_tile(sch, block, nest: _Nest, j: int, rows: int, cols: int | None,
     sch.annotate(block, MARK, f"tvm_fusion.{mark}")
     sch.decompose_reduction(block, red[0])
     _vectorize_tail(sch, tail, lanes)
+
+
+def parallel_factors(extent: int, cores: int) -> list[int]:
+    """The outer factors of a loop of ``extent`` tiles that give every core a job:
+    divisors of ``extent`` of at least ``cores``, at most ``4 * cores`` (more jobs only
+    add thread-pool overhead; a loaded machine's straggler is the reason for more than
+    one per core); empty when ``extent`` has none."""
+    return [d for d in range(cores, min(extent, 4 * cores) + 1) if extent % d == 0]
+
+
+def _parallel_splits(sch, rr, jr, row_tiles: int, col_tiles: int, cores: int):
+    """Split the row and column tile loops into (parallel, serial) pairs so that the
+    parallel part has at least ``cores`` jobs: the column tiles' parallel factor is a
+    categorical over :func:`parallel_factors` (a sampled perfect tile can be 1: a
+    128x384x384 matmul ran on one of two cores), the rows' a perfect tile; the rows carry
+    the parallelism when the columns cannot, and both are perfect tiles when neither can
+    (a small kernel). ``col_tiles`` divides the column tile count of every NR / lanes
+    candidate, so the trace stays valid when the search redraws NR / lanes."""
+    def tile(loop):
+        return sch.split(loop, sch.sample_perfect_tile(loop, n=2, max_innermost_factor=64))
+
+    def forced(loop, factors):
+        return sch.split(loop, [sch.sample_categorical(
+            factors, [1.0 / len(factors)] * len(factors)), None])
+    if cores > 1 and parallel_factors(col_tiles, cores):
+        return tile(rr), forced(jr, parallel_factors(col_tiles, cores))
+    if cores > 1 and parallel_factors(row_tiles, cores):
+        return forced(rr, parallel_factors(row_tiles, cores)), tile(jr)
+    return tile(rr), tile(jr)
 
 
 def filling_tiles(n_rows: int, n_cols: int, max_rows: int, budget: int,
@@ -342,10 +374,11 @@ class RegisterTileRule(PyScheduleRule):
     """``register_tile`` (``depthwise=False``) or ``depthwise``: vector-FMA register tiles."""
 
     def __init__(self, config: RegisterTileConfig, depthwise: bool = False):
-        self.config, self.depthwise, self.shape = config, depthwise, None
+        self.config, self.depthwise, self.shape, self.cores = config, depthwise, None, 1
 
     def _initialize_with_tune_context(self, context) -> None:
         self.shape = vector_shape(context.target) if context.target is not None else None
+        self.cores = _cores(context.target)
 
     def apply(self, sch, block):
         if self.shape is None:
@@ -385,14 +418,25 @@ class RegisterTileRule(PyScheduleRule):
             new = sch.copy()
             try:
                 register_tile(new, block, nest, j, rows, cols, max_rows, max_vecs, lanes,
-                              "depthwise" if self.depthwise else "register_tile", fill)
+                              "depthwise" if self.depthwise else "register_tile", fill,
+                              self.cores)
             except RuntimeError:  # ScheduleError, InternalError: this nest cannot take the tile
                 continue
             out.append(new)
         return out
 
     def clone(self):
-        return RegisterTileRule(self.config, self.depthwise)
+        rule = RegisterTileRule(self.config, self.depthwise)
+        rule.shape, rule.cores = self.shape, self.cores
+        return rule
+
+
+def _cores(target) -> int:
+    """The target's ``num-cores`` (MetaSchedule's own source of it), 1 when absent."""
+    if target is None:
+        return 1
+    n = target.attrs.get("num-cores")
+    return int(n) if n is not None and int(n) > 0 else 1
 
 
 def _iterations(nest: _Nest) -> int:
