@@ -50,14 +50,14 @@ def compare(run_dir: Path, name: str, *, rounds: int) -> dict:
     import tvm
     from tvm import relax
 
-    from tvm_fusion import zoo
+    from tvm_fusion import import_model, zoo
     from tvm_fusion.deploy.build import compile_model
-    from tvm_fusion.frontend.onnx_import import import_model
     from tvm_fusion.logtools import merge
     from tvm_fusion.plan import FusionPlan
     from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 
-    model = import_model(zoo.fetch(name), zoo.ZOO[name].shapes)
+    # as benchmarks.run imports it (simplified: the logs' model hash is that graph's)
+    model = import_model(zoo.fetch(name), zoo.ZOO[name].shapes, name=name)
     work = run_dir / "work" / name
     logs = {kind: work / f"tvm-fusion-logs-{kind}" for kind in KINDS
             if kind != "learned" or (work / f"tvm-fusion-logs-{kind}").is_dir()}
@@ -79,11 +79,14 @@ def compare(run_dir: Path, name: str, *, rounds: int) -> dict:
             raise SystemExit(f"{name}, {kind} plan: max rel error {err:.3g} against ONNX "
                              f"Runtime (tolerance {TOLERANCE})")
         out["plans"][kind] = {"kernels": len(plan.groups), "untuned": len(compiled.untuned),
-                              "max_rel_err": err}
+                              "untuned_kernels": sorted(compiled.untuned), "max_rel_err": err}
         rows.append(_Row(kind, call=lambda m=main: m(*args)))
     interleave(rows, rounds=rounds, log=lambda *a: None)
     for row in rows:
-        out["plans"][row.name]["median_ms"] = statistics.median(row.times_ms)
+        times = sorted(row.times_ms)
+        out["plans"][row.name].update(  # the spread: the machine is shared
+            median_ms=statistics.median(times), p10_ms=times[len(times) // 10],
+            p90_ms=times[(9 * len(times)) // 10])
     ms = {k: v["median_ms"] for k, v in out["plans"].items()}
     out["fuseops_over_cost"] = ms["fuseops"] / ms["cost"]
     if "learned" in ms:

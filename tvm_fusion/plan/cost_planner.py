@@ -52,7 +52,8 @@ TIE = "tie (FuseOps' choice)"
 # The analytical model's measured median kernel error, max(pred/meas, meas/pred): CPUs,
 # held out per model on the tuned kernels of five models (2.12, the median of 1.74-2.44;
 # benchmarks/results-cpu-efficiency.json); GPUs, the 26 kernels of tuning_logs/h200
-# (benchmarks.planner_accuracy, 1.0685; no A100 or MI250X was measured). Two merges that
+# (benchmarks.planner_accuracy, 1.0685; nearly all launch-bound, and h200.json's launch
+# is fitted to them, so an optimistic figure; no A100 or MI250X was measured). Two merges that
 # compete for one group (an epilogue into a conv or a prologue into the reduction after
 # it) differ by where a few operators go, well inside that error: such a rivalry is a tie
 # unless the savings differ by more than (error - 1) x the time not shared.
