@@ -123,7 +123,7 @@ def markdown(results: dict) -> str:
     lines = ["# tvm-fusion benchmark results", "",
              f"Run {results['created']}: `{results['command']}`", "",
              f"- Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; target "
-             f"`{json.dumps(m.get('target'))}`",
+             f"`{json.dumps(m.get('target'))}`; TVM threads {m.get('tvm_threads', '?')}",
              f"- Peaks for the floor: {_fmt(m.get('peak_gflops'), '.0f')} GFLOP/s fp32 GEMM, "
              f"{_fmt(m.get('bandwidth_gbs'), '.1f')} GB/s copy (read + write); "
              + (f"given on the command line: {', '.join(m['given'])}" if m.get("given")

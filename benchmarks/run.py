@@ -226,7 +226,11 @@ def main(argv=None) -> int:
     import_tensor_intrinsics()  # 25 s -> 3 s in this process (MetaSchedule imports it)
     hw = load_target(args.target)
     log(f"target {hw.name}: {dict(hw.tvm_config)}; measuring peak GEMM and copy bandwidth")
+    import tvm
+
     machine = {"cpu": _cpu_name(), "cores": os.cpu_count(), "target": dict(hw.tvm_config),
+               # TVM's pool size (tvm_fusion sets every core unless TVM_NUM_THREADS is set)
+               "tvm_threads": int(tvm.get_global_func("runtime.NumThreads")()),
                "loadavg_start": [round(x, 2) for x in os.getloadavg()],
                "versions": {**{d: _version(d) for d in ("apache-tvm", "onnxruntime", "torch",
                                                          "onnx2torch", "numpy")},
