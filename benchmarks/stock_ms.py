@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from tvm_fusion.tune.logdb import is_measured, read_run_times
+from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
 
 
 @contextlib.contextmanager
@@ -82,6 +83,10 @@ def patched_population(size: int | None):
 @contextlib.contextmanager
 def quiet_console():
     """MetaSchedule prints its task table to stdout after every batch; keep it in its logs."""
+    # a handler without a name on its logger (one an earlier tune_metaschedule caller or
+    # pytest left) crashes MetaSchedule's logger set-up: 'NoneType' object has no
+    # attribute 'format'
+    drop_unnamed_handlers()
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
     level = logger.level
     logger.setLevel(logging.WARNING)  # create_loggers takes the console level from here

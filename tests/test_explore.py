@@ -124,10 +124,12 @@ def tuned(model, tmp_path_factory):
 
     # A handler without a name on MetaSchedule's logger (pytest's log capture leaves
     # some) crashed its logger set-up inside tune(); tuning must not care.
-    logging.getLogger("tvm.s_tir.meta_schedule").addHandler(logging.NullHandler())
+    stray = logging.NullHandler()
+    logging.getLogger("tvm.s_tir.meta_schedule").addHandler(stray)
     logs = tmp_path_factory.mktemp("logs")
     report = tf.tune(model, "host", trials=8, logs=logs, progress=False)
-    return logs, report
+    yield logs, report
+    logging.getLogger("tvm.s_tir.meta_schedule").removeHandler(stray)  # tune() dropped it
 
 
 def test_kernel_results_and_curve_read_what_tuning_measured(model, tuned, tmp_path):

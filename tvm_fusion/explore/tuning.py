@@ -28,7 +28,7 @@ from ..targets import as_target
 from ..tune.builder import PooledBuilder
 from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.logdb import is_measured, read_run_times
-from ..tune.ms_compat import plain_task_tables
+from ..tune.ms_compat import drop_unnamed_handlers, plain_task_tables
 from ..tune.prepack import entry_prepack
 from ..tune.schedulable import kernel_module
 
@@ -255,6 +255,7 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     budgets (the notebook tests run 4 trials).
     """
     plain_task_tables()
+    drop_unnamed_handlers()  # a handler without a name (a user's, pytest's) crashes MS's set-up
     import_tensor_intrinsics()
     hw = as_target(target)
     tvm_target = hw.tvm_target()
