@@ -232,6 +232,29 @@ def test_untuned_int8_gemm_gets_vnni_by_default(rows, tmp_path):
     np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])
 
 
+def test_a_record_slower_than_the_vnni_default_is_not_accepted():
+    """A correct candidate slower than the default schedule stays out of the logs: an
+    int8 GEMM's scalar loops (unscheduled) checked against its VNNI default are correct
+    and not faster, so tuning keeps the default (tune/verify.py, faster_than_default)."""
+    from tvm_fusion import load_target, plan_fusion
+    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.tune.verify import KernelVerifier, Outcome
+    from tvm_fusion.tune.vnni import PACKED_BLOCK
+
+    hw = load_target("host")
+    if "avx512_vnni" not in hw.features:
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    graph = build_graph(import_model(oc.u8_matmul_integer(rows=16, k=256, n=128)).mod)
+    mod = kernel_module(graph, plan_fusion(graph, hw), prepack=False)
+    [func] = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
+              and PACKED_BLOCK in f.script()]
+    workload = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    verdict = KernelVerifier(hw.tvm_target(), hw=hw).check(0, workload, workload)
+    assert verdict.error is None  # correct: the loops are the reference
+    assert verdict.outcome is Outcome.NOT_FASTER and not verdict.accepted
+    assert verdict.candidate_us > verdict.default_us
+
+
 def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path):
     """QDQ convs in NCHW16c (a 1x1 and a padded 3x3, graph/int8_conv.py) take the form of
     TVM's conv2d_NCHWc_int8 and, untuned, run on VNNI (tune/vnni.schedule_conv_vnni)

@@ -12,7 +12,7 @@ from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.errors import ModuleLoadError, PlanError
 from tvm_fusion.plan import FusionPlan, apply_plan, plan_from_groups
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
-from tvm_fusion.tune.verify import KernelVerifier
+from tvm_fusion.tune.verify import KernelVerifier, faster_than_default
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +190,18 @@ def test_verifier_accepts_a_correct_schedule_and_rejects_a_wrong_kernel():
     bad = tvm.IRModule({"main": te.create_prim_func([x, wrong]).with_attr("global_symbol", "main")})
     verdict = verifier.check(0, workload, bad)
     assert not verdict.accepted and "differs from the reference" in verdict.error
+
+
+@pytest.mark.parametrize("candidate, default, faster", [
+    ([50.0], [100.0], True),                     # clearly faster: one round decides
+    ([95.0, 96.0, 95.5, 96.0], [100.0, 101.0, 100.0], True),  # 5% with 1% noise
+    ([98.0, 98.0, 98.5, 98.0], [100.0, 100.0, 100.0], False),  # 2%: under the floor
+    ([90.0, 125.0, 130.0, 95.0], [100.0, 100.0, 101.0], False),  # 10% inside 30% noise
+    ([120.0], [100.0], False),                   # slower
+])
+def test_a_candidate_must_beat_the_default_by_more_than_the_noise(candidate, default, faster):
+    got, margin = faster_than_default(candidate, default)
+    assert got is faster and margin >= 0.03
 
 
 def test_module_call_by_name_and_input_errors(model, tmp_path):
