@@ -310,6 +310,10 @@ def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):
     proto, model, compiled = stem_depthwise
     stem = [g for g in compiled.plan.groups if g.ops[0].startswith("conv2d_NCHWc_int8")]
     assert len(stem) == 1 and "int8 GEMM priced on" in stem[0].reason
+    # the quantizes and the zero-point pad stay blocked (graph/qdq_layout.py): the only
+    # transforms are the stem's NCHW output into blocks and the model's output out of them
+    moves = [[op for op in g.ops if op.startswith("layout_transform")] for g in compiled.plan.groups]
+    assert [len(m) for m in moves] == [0, 1, 0, 1], compiled.plan.groups
     if "avx512_vnni" in load_target("host").features:  # the stem's alone: no other conv
         assert "vpdpbusd" in _asm(compiled.executable)
     graph = graph_for_plan(model.mod, compiled.plan)

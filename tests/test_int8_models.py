@@ -80,6 +80,11 @@ def test_qdq_orientation_stays_int8_and_matches_onnxruntime(qdq_orientation):
     assert model.simplified.int8_gemms == 33  # every conv and the classifier: u8 x s8 -> i32
     assert plan.layout == "NCHW16c"  # the layout in which its 1x1 convs reach VNNI
     _assert_vnni(plan, 20, loops=13)  # the stem, 18 1x1 convs, the classifier; 13 depthwise
+    # quantize epilogues and zero-point pads in NCHW16c (graph/qdq_layout.py): 2 transforms
+    # (the stem's output, the head's input) where each quantize had a pair (62), and 38
+    # kernels, against 37 for the float model
+    moves = [op for g in plan.groups for op in g.ops if op.startswith("layout_transform")]
+    assert len(moves) == 2 and len(plan.groups) <= 38
     last_dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"
                and n.output[0] in {o.name for o in proto.graph.output}]
     inits = {t.name: t for t in proto.graph.initializer}

@@ -4,7 +4,8 @@ In NCHW only W is contiguous, so a convolution (a depthwise one above all) canno
 channels in vector lanes. :func:`convert_layout` runs Relax's ``ConvertLayout`` with
 ``NCHW{c}c`` data and ``OIHW{c}o`` weights for every ``conv2d`` whose channels divide
 by ``c`` (the others, e.g. a stem conv on 3 input channels, keep NCHW); elementwise and
-broadcast ops, ``mean`` (global average pooling, squeeze-excite), ``max_pool2d`` /
+broadcast ops, per-tensor ``quantize`` / ``dequantize`` (:mod:`.qdq_layout`), ``mean``
+(global average pooling, squeeze-excite), ``max_pool2d`` /
 ``avg_pool2d`` and ``concat`` of blocked tensors stay blocked, and a ``layout_transform``
 is inserted wherever an op needs NCHW (``resize2d``, reshapes, the model's outputs). The
 weights' OIHW -> OIHW{c}o transforms are constants and fold at once (``FoldConstant``),
@@ -31,6 +32,7 @@ from tvm.topi.utils import get_const_tuple
 
 from ..errors import PlanError
 from .int8_conv import vnni_form_convs
+from .qdq_layout import as_elementwise, as_qdq, blocked_pads
 
 NCHW = "NCHW"
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -72,7 +74,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     if not c:
         return mod
     mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions, attrs=mod.attrs)
-    mod["main"] = _clip_as_max_min(mod["main"])
+    mod["main"] = as_elementwise(_clip_as_max_min(mod["main"]))
     seq = tvm.transform.Sequential([
         relax.transform.ConvertLayout({"relax.nn.conv2d": [f"NCHW{c}c", f"OIHW{c}o"]}),
         relax.transform.Normalize(),
@@ -80,7 +82,9 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
         # ConvertLayout blocks a tensor once per blocked reader (a residual's two paths)
         relax.transform.EliminateCommonSubexpr(),
     ])
-    return vnni_form_convs(seq(mod))
+    mod = seq(mod)
+    mod["main"] = blocked_pads(as_qdq(mod["main"]))  # per-tensor (de)quantize ops, now blocked
+    return vnni_form_convs(mod)
 
 
 def _clip_as_max_min(func: relax.Function) -> relax.Function:
