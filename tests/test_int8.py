@@ -271,12 +271,40 @@ def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path)
     assert all("int8 GEMM priced on" in g.reason for g in convs)
     if "avx512_vnni" in load_target("host").features:
         assert compiled.untuned and "vpdpbusd" in _asm(compiled.executable)
+        # the 1x1 conv's requantize runs at its tile, the 3x3's zero-point padding after
+        # it in a loop nest of its own (tune/vnni._around)
+        assert _blocks_in_tile(model, compiled) == [["quantized"]]
     module = load_module(compiled.export(tmp_path / "convs.so"))
     inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]  # the input's range
     got = module(*inputs)
     want = run_onnxruntime(proto, inputs)[0]
     assert np.unique(want).size > 40  # not a saturated output
     np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)
+
+
+def _blocks_in_tile(model, compiled) -> list[list[str]]:
+    """For each default-scheduled VNNI conv kernel that pads its output: the names of the
+    epilogue blocks under the conv's outermost (tile) loop."""
+    from tvm import s_tir
+    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.plan import graph_for_plan
+    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.tune.vnni import CONV_BLOCK
+
+    out = []
+    graph = graph_for_plan(model.mod, compiled.plan)
+    mod = default_cpu_schedule(kernel_module(graph, compiled.plan, prepack=False),
+                               tvm.target.Target(compiled.info["tvm_target"]))
+    for func in mod.functions.values():
+        init = f"{CONV_BLOCK}_init"  # the scheduled conv: its init and tensorized update
+        if not isinstance(func, tvm.tirx.PrimFunc) or "PadInput" not in func.script() \
+                or f'"{init}"' not in func.script():
+            continue
+        sch = s_tir.Schedule(func)
+        tile = sch.get_loops(sch.get_sblock(init))[0]
+        names = [sch.get(b).name_hint for b in sch.get_child_blocks(tile)]
+        out.append(sorted(n for n in names if not n.startswith(CONV_BLOCK)))
+    return out
 
 
 def _vector_lanes(func, block: str) -> list[int]:
