@@ -340,9 +340,9 @@ def prepare_fusion(ctx: Context, row: Row, *, planner: str = "cost"):
     row.notes.append(f"{planner} plan: {len(compiled.plan.groups)} fused groups; "
                      f"{report.trials_total} trials; {have}/{len(report.tasks)} tuning tasks "
                      f"have a verified record; {report.rejected} candidates rejected by "
-                     "verification")
+                     f"verification; cost model: {report.cost_model}")
     row.extra.update(logs=str(logs), trials_total=report.trials_total,
-                     est_ms=report.est_ms, rejected=report.rejected,
+                     cost_model=report.cost_model, est_ms=report.est_ms, rejected=report.rejected,
                      tasks=[{"name": t.name, "weight": t.weight, "trials": t.trials,
                              "best_us": t.best_us} for t in report.tasks])
     return vm_runner(compiled.executable, ctx.inputs)

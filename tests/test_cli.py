@@ -127,6 +127,7 @@ def test_tune_interrupt_resume_compile_run(tmp_path):
     entry = next(iter(json.loads(manifest.read_text())["models"].values()))
     assert entry["trials"] >= TRIALS - 1  # small tasks can exhaust their space early
     assert f"{entry['trials']} in total" in resumed
+    assert "cost model: none (MetaSchedule's XGBoost" in resumed  # conftest sets none
     again = cli("tune", "embedded", "--trials", TRIALS, "--logs", logs, "--quiet").stdout
     assert "0 trials this run" in again
 

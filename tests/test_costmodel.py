@@ -173,6 +173,23 @@ def test_cli_train_and_eval_on_unseen_workloads(tmp_path, capsys):
     # every workload seen in training: nothing to evaluate, said plainly
     assert main(["cost-model", "eval", str(model), "--logs", str(db), "--target", HW]) == 2
     assert "was in" in capsys.readouterr().err
+    # fine-tuning (--base): the two-kernel model plus 5 rounds on all three kernels; the
+    # base's kernels count as seen, so held out are only those it never saw
+    tuned = tmp_path / "ft.json"
+    assert main(["cost-model", "train", "--logs", str(FIXTURE), "--target", HW, "--base",
+                 str(model), "--rounds", "5", "--holdout", "0.67", "-o", str(tuned)]) == 0
+    out = capsys.readouterr().out
+    assert "fine-tuning" in out and "(20 rounds" in out
+    meta = json.loads((tmp_path / "ft.json.meta.json").read_text())
+    base = json.loads((tmp_path / "m.json.meta.json").read_text())
+    assert meta["rounds"] == 25 and load_model(tuned).booster.num_boosted_rounds() == 25
+    assert meta["base"]["new_rounds"] == 5 and meta["base"]["data"]["workloads"] == 2
+    assert set(base["train_workloads"]) <= set(meta["train_workloads"])
+    # two of three kernels held out, the base knew two: at least one is not counted, and
+    # the held-out metrics count exactly the kernels neither the base nor the new trees saw
+    assert "not counted" in out and len(meta["train_workloads"]) in (2, 3)
+    unseen = 3 - len(meta["train_workloads"])
+    assert meta["metrics"].get("holdout", {}).get("workloads", 0) == unseen
 
 
 def test_pretrained_cost_model_predicts_and_learns(dataset, trained):
@@ -249,7 +266,8 @@ def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path
     """``cost_model="auto"`` (the default): the model shipped for the target's hardware,
     matched by TVM target; none for hardware no model ships for; the env var overrides."""
     from tvm_fusion.config import COST_MODEL
-    from tvm_fusion.tune.driver import default_cost_model
+    from tvm_fusion.targets import target_from_dict
+    from tvm_fusion.tune.driver import default_cost_model, describe_cost_model
 
     monkeypatch.delenv(COST_MODEL.name, raising=False)
     shipped = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
@@ -259,9 +277,19 @@ def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path
     h200 = ROOT / "tuning_logs" / "h200" / "costmodel.json"  # trained on the lent H200
     assert default_cost_model(load_target("h200")) == h200
     assert default_cost_model(load_target("h100")) == h200  # the same TVM target (sm_90)
-    zen4 = load_target("x86_zen4").tvm_config
-    if load_target("host").tvm_config == zen4:  # this machine is the model's hardware
-        assert default_cost_model(load_target("host")) == shipped
+    # Emerald Rapids (the machine of 2026-12): its own model, under its name and under any
+    # description with its TVM target (``host`` there), not Zen 4's
+    emerald = ROOT / "tuning_logs" / "x86_emeraldrapids" / "costmodel.json"
+    assert default_cost_model(load_target("x86_emeraldrapids")) == emerald
+    doc = load_target("x86_emeraldrapids").to_json_dict()
+    doc.update(name="another_xeon", clock_ghz={"value": 3.0, "source": "a faster part"})
+    assert default_cost_model(target_from_dict(doc)) == emerald
+    assert describe_cost_model(emerald) == "tuning_logs/x86_emeraldrapids (shipped)"
+    assert describe_cost_model(None).startswith("none (MetaSchedule's XGBoost")
+    assert describe_cost_model(tmp_path / "m.json") == str(tmp_path / "m.json")
+    for name, model in (("x86_zen4", shipped), ("x86_emeraldrapids", emerald)):
+        if load_target("host").tvm_config == load_target(name).tvm_config:  # this machine
+            assert default_cost_model(load_target("host")) == model
     monkeypatch.setenv(COST_MODEL.name, "none")
     assert default_cost_model(load_target("x86_zen4")) is None
     monkeypatch.setenv(COST_MODEL.name, str(tmp_path / "m.json"))

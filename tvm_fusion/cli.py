@@ -227,6 +227,7 @@ def _print_tune_report(report) -> None:
     print(f"{report.trials_run} trials this run, {report.trials_total} in total, "
           f"{report.rejected} candidates rejected by verification, {report.elapsed_s:.0f} s; "
           f"sum of best kernels: {est}; logs: {report.logs / report.target}")
+    print(f"cost model: {report.cost_model}")
 
 
 def cmd_compile(args) -> int:

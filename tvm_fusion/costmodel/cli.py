@@ -44,7 +44,7 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
-    from .model import (DEFAULT_ROUNDS, format_metrics, split_holdout,
+    from .model import (DEFAULT_ROUNDS, format_metrics, load_model, split_holdout,
                         split_within, train_model)
 
     if args.split == "within":
@@ -54,6 +54,7 @@ def cmd_train(args) -> int:
             raise CostModelError(f"--split within holds out a fraction of each workload's "
                                  f"candidates; --holdout must be a number such as 0.1, got "
                                  f"{args.holdout!r}") from None
+    base = load_model(args.base) if args.base else None  # fail before reading the logs
     data = _load(args)
     held = None
     if args.split == "within":
@@ -64,8 +65,18 @@ def cmd_train(args) -> int:
         data, held = split_holdout(data, args.holdout)
         print(f"held out: {len(held)} candidates of {len(held.workloads)} workloads; "
               f"training on {len(data)} candidates of {len(data.workloads)} workloads")
+    if base is not None:
+        if held is not None:  # the base has seen these: they are not held out from it
+            known = np.array([w in base.train_workloads for w in held.workload.tolist()])
+            if known.any():
+                print(f"{int(known.sum())} held-out candidates of {len(set(held.workload[known]))} "
+                      f"workloads were in {args.base}'s training set and are not counted")
+                held = held.subset(~known)
+        print(f"fine-tuning {args.base} ({base.booster.num_boosted_rounds()} rounds, trained "
+              f"on {', '.join(base.meta.get('targets', ()))}) with "
+              f"{args.rounds or DEFAULT_ROUNDS} more rounds")
     model = train_model(data, rounds=args.rounds or DEFAULT_ROUNDS, holdout=held,
-                        split=args.split, seed=args.seed)
+                        split=args.split, seed=args.seed, base=base)
     path = model.save(args.output)
     print(f"wrote {path} and {path.name}.meta.json")
     print("training set:\n  " + format_metrics(model.meta["metrics"]["train"]).replace("\n", "\n  "))
@@ -132,6 +143,10 @@ def add_parser(sub) -> None:
                          "only, since the model then lacks those candidates")
     tr.add_argument("--rounds", type=int, default=None,
                     help="boosting rounds (default: the model's default)")
+    tr.add_argument("--base", metavar="MODEL", default=None,
+                    help="fine-tune: start from this saved model (e.g. another machine's "
+                         "shipped one) and add --rounds trees fitted to these records; its "
+                         "training workloads count as seen (not held out, not evaluated)")
     tr.add_argument("--seed", type=int, default=0)
     tr.set_defaults(func=cmd_train)
 

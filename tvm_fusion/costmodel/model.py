@@ -321,8 +321,8 @@ def split_within(data: Dataset, fraction: float, seed: int = 0) -> tuple[Dataset
 
 
 def train_model(data: Dataset, *, rounds: int = DEFAULT_ROUNDS, params: dict | None = None,
-                holdout: Dataset | None = None, split: str = "workloads", seed: int = 0
-                ) -> RankModel:
+                holdout: Dataset | None = None, split: str = "workloads", seed: int = 0,
+                base: RankModel | None = None) -> RankModel:
     """Train a ranking model on ``data`` (metrics on ``holdout`` when given).
 
     Parameters
@@ -341,28 +341,47 @@ def train_model(data: Dataset, *, rounds: int = DEFAULT_ROUNDS, params: dict | N
         the sidecar.
     seed : int
         XGBoost's seed.
+    base : RankModel, optional
+        Fine-tune: start from this model's trees (e.g. another machine's) and add
+        ``rounds`` trees fitted to ``data``. The result counts the base's training
+        workloads, targets and hardware rows as its own; ``holdout`` should hold none
+        of the base's workloads (the CLI drops them).
     """
     if len(data) < 2 or len(data.workloads) == len(data):
         raise CostModelError(f"training needs workloads with 2+ measured candidates; got "
                              f"{data.summary()}. Tune with more trials first")
     p = {**DEFAULT_PARAMS, **(params or {}), "seed": seed}
-    booster = boost(p, data, rounds)
+    booster = boost(p, data, rounds, base=base.booster if base is not None else None)
     model = RankModel(booster=booster, meta={})
     metrics = {"train": model.evaluate(data)}
     if holdout is not None and len(holdout):
         metrics["holdout"] = model.evaluate(holdout)
+    hw_rows = data.stores[:, -len(HW_NAMES):]
+    seen, targets, total = set(data.workloads), set(data.targets), rounds
+    if base is not None:
+        seen |= base.train_workloads
+        targets |= set(base.meta.get("targets", ()))
+        total += base.booster.num_boosted_rounds()
+        hw_rows = np.concatenate([hw_rows, np.array(base.meta.get("hardware_rows", []),
+                                                    dtype=np.float32).reshape(-1, len(HW_NAMES))])
     meta = {
         "schema": MODEL_SCHEMA, "feature_version": FEATURE_VERSION,
-        "features": len(feature_names()), "targets": sorted(set(data.targets)),
-        "objective": OBJECTIVE, "params": p, "rounds": rounds,
+        "features": len(feature_names()), "targets": sorted(targets),
+        "objective": OBJECTIVE, "params": p, "rounds": total,
         "data": {"candidates": len(data), "workloads": len(data.workloads),
                  "databases": sorted(set(data.source.tolist())), "skipped": data.skipped,
                  "holdout_candidates": len(holdout) if holdout is not None else 0,
                  "holdout_workloads": len(holdout.workloads) if holdout is not None else 0,
                  "holdout_split": split},
-        "train_workloads": sorted(data.workloads), "metrics": metrics,
+        "train_workloads": sorted(seen), "metrics": metrics,
         # the hardware rows it learned from, so a user tuning other hardware is told
-        "hardware_rows": np.unique(data.stores[:, -len(HW_NAMES):], axis=0).tolist(),
+        "hardware_rows": np.unique(hw_rows, axis=0).tolist(),
         "xgboost": xgb.__version__,
     }
+    if base is not None:  # what the fine-tuned trees started from
+        meta["base"] = {k: base.meta.get(k) for k in ("targets", "rounds", "params")}
+        meta["base"]["data"] = {k: base.meta.get("data", {}).get(k)
+                                for k in ("candidates", "workloads", "holdout_candidates")}
+        meta["base"]["holdout"] = base.meta.get("metrics", {}).get("holdout")
+        meta["base"]["new_rounds"] = rounds
     return RankModel(booster=booster, meta=meta)

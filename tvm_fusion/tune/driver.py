@@ -45,6 +45,9 @@ from .space import SearchSpace, load_search_space, space_for_target, space_gener
 from .state import TuneState
 
 
+NO_COST_MODEL = "none (MetaSchedule's XGBoost, from scratch)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskResult:
     """What tuning achieved for one kernel."""
@@ -71,6 +74,7 @@ class TuneReport:
     interrupted: bool
     elapsed_s: float
     picks: tuple = ()  # tune.predicted.PredictedPick of every kernel the model chose for
+    cost_model: str = NO_COST_MODEL  # which model ranked the candidates (describe_cost_model)
 
     @property
     def est_ms(self) -> float | None:
@@ -186,6 +190,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         raise MeasureError(f"measure must be 'device' or 'none', got {measure!r}")
     dry = measure == "none"
     cost_model = _resolve_cost_model(cost_model, hw, required=dry)
+    cm_label = describe_cost_model(cost_model)
     cm = None
     if cost_model is not None:  # load (and fail) before any planning or tuning
         cm = make_cost_model(cost_model, hw)
@@ -262,7 +267,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     return TuneReport(target=hw.name, logs=Path(logs), plan=plan,
                       trials_run=sum(state.trials), trials_total=entry["trials"],
                       tasks=results, rejected=state.rejected, interrupted=interrupted,
-                      elapsed_s=time.monotonic() - t0, picks=tuple(picks))
+                      elapsed_s=time.monotonic() - t0, picks=tuple(picks),
+                      cost_model=cm_label)
 
 
 def default_cost_model(hw: HardwareTarget) -> Path | None:
@@ -287,6 +293,23 @@ def default_cost_model(hw: HardwareTarget) -> Path | None:
         except Exception:  # a directory whose target is no longer described: skip it
             continue
     return None
+
+
+def describe_cost_model(cost_model) -> str:
+    """Which cost model ``cost_model`` (as :func:`tune` resolved it) is, in a few words.
+
+    ``tuning_logs/<target> (shipped)`` for a model shipped with tvm-fusion, the path of
+    any other model file, ``NO_COST_MODEL`` for None (MetaSchedule's own model).
+    """
+    if cost_model is None:
+        return NO_COST_MODEL
+    if not isinstance(cost_model, (str, Path)):
+        return f"{type(cost_model).__name__} given in memory"
+    path = Path(cost_model)
+    root = shipped_logs_dir()
+    if path.name == "costmodel.json" and path.resolve().parent.parent == root.resolve():
+        return f"tuning_logs/{path.parent.name} (shipped)"
+    return str(path)
 
 
 def _resolve_cost_model(cost_model, hw: HardwareTarget, *, required: bool):
