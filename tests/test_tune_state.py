@@ -1,0 +1,85 @@
+"""TuneState: a committed record that turns out slower than the default gives way to it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import te
+from tvm.s_tir import meta_schedule as ms
+
+import tvm_fusion as tf
+from tvm_fusion.tune.logs import open_database
+from tvm_fusion.tune.state import TuneState
+from tvm_fusion.tune.verify import Verdict
+
+
+def _workload():
+    x = te.placeholder((4, 64), "float32", name="x")
+    y = te.compute((4, 64), lambda i, j: te.sigmoid(x[i, j]), name="y")
+    return tvm.IRModule({"main": te.create_prim_func([x, y]).with_attr("global_symbol", "main")})
+
+
+class _GivenTimings:
+    """The verifier's side-by-side timing of a record against the default, as given."""
+
+    def __init__(self, record_us, default_us, margin=0.03):
+        self.verdict = Verdict(None, record_us, default_us, margin)
+        self.checked = []
+
+    def check(self, key, workload, candidate):
+        self.checked.append(candidate)
+        return self.verdict
+
+
+@pytest.fixture
+def state(tmp_path):
+    target = tf.load_target("host").tvm_target()
+    workload = _workload()
+    db = open_database(tmp_path, create=True)
+    sch = tvm.s_tir.Schedule(workload)
+    _, j = sch.get_loops(sch.get_sblock("y"))
+    sch.vectorize(sch.split(j, [None, 16])[1])
+    args = ms.arg_info.ArgInfo.from_prim_func(workload["main"])
+    db.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, db.commit_workload(workload), [750e-6, 760e-6, 740e-6], target, args))
+    task = SimpleNamespace(dispatched=[workload], task_name="sigmoid", weight=1)
+    st = TuneState(tasks=[task], target=target, accepted=db, tdir=tmp_path, progress=None,
+                   manifest={}, entry={})
+    return st, sch.mod
+
+
+def _deployed(st) -> tvm.IRModule:
+    top = st.accepted.get_top_k(st.workloads[0], 1)[0]
+    return top.as_measure_candidate().sch.mod
+
+
+def test_a_record_slower_than_the_default_gives_way_to_it(state):
+    st, record = state
+    assert st.best[0] == pytest.approx(750.0)
+    st.verifier = _GivenTimings(record_us=600.0, default_us=300.0)
+    assert st.recheck_record(0)
+    # the record itself was timed, and the default (the kernel's own loops) now deploys
+    assert tvm_ffi.structural_equal(st.verifier.checked[0], record)
+    assert tvm_ffi.structural_equal(_deployed(st), tvm.s_tir.Schedule(_workload()).mod)
+    assert st.best[0] == pytest.approx(375.0)  # the record's timings, scaled 300/600
+    assert st.defaults_kept == 1
+    # read back from disk, the default still ranks first
+    again = open_database(st.tdir, create=False)
+    top = again.get_top_k(again.commit_workload(_workload()), 1)[0]
+    assert np.median([float(s) for s in top.run_secs]) == pytest.approx(375e-6)
+
+
+@pytest.mark.parametrize("record_us, default_us", [
+    (300.0, 600.0),   # the record is faster beyond the noise: it stays
+    (600.0, 610.0),   # within the noise, the record measured faster: it stays
+])
+def test_a_record_faster_than_the_default_stays(state, record_us, default_us):
+    st, record = state
+    st.verifier = _GivenTimings(record_us=record_us, default_us=default_us)
+    assert not st.recheck_record(0)
+    assert tvm_ffi.structural_equal(_deployed(st), record)
+    assert st.best[0] == pytest.approx(750.0) and st.defaults_kept == 0
