@@ -215,6 +215,32 @@ def conv_se_chain(*, channels=16, size=16, seed=0) -> onnx.ModelProto:
         [_vi("y", T.FLOAT, [1, 2 * c, size // 2, size // 2])], inits, opset=14)
 
 
+def lcnet_block(*, channels=16, size=8, seed=0) -> onnx.ModelProto:
+    """PP-LCNetV3's block as PP-OCRv4 rec exports it: depthwise conv, HardSwish written
+    out (Add 3, Clip with input bounds, Mul, Div 6), a learnable scalar scale and bias
+    (shape-(1,) constants), then a 1x1 conv."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    one = lambda name, v: const(name, np.array([v], np.float32))  # noqa: E731
+    inits = [const("wd", rng.standard_normal((c, 1, 3, 3)) * 0.4),
+             const("bd", rng.standard_normal(c) * 0.1),
+             const("wp", rng.standard_normal((c, c, 1, 1)) * 0.3),
+             one("three", 3.0), one("six", 6.0), one("scale", 1.25), one("bias", -0.5),
+             const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    return make("lcnet_block", [
+        h.make_node("Conv", ["x", "wd", "bd"], ["cd"], kernel_shape=[3, 3], pads=[1] * 4,
+                    group=c),
+        h.make_node("Add", ["cd", "three"], ["a0"]),
+        h.make_node("Clip", ["a0", "lo", "hi"], ["a1"]),
+        h.make_node("Mul", ["cd", "a1"], ["a2"]),
+        h.make_node("Div", ["a2", "six"], ["a3"]),
+        h.make_node("Mul", ["scale", "a3"], ["a4"]),
+        h.make_node("Add", ["a4", "bias"], ["a5"]),
+        h.make_node("Conv", ["a5", "wp"], ["y"], kernel_shape=[1, 1]),
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, c, size, size])],
+        inits)
+
+
 def int8_weight_matmul(rows=16, k=64, n=48, *, zero_point=False) -> onnx.ModelProto:
     """A weight-only int8 GEMM as exporters write it: an int8 initializer -> Cast ->
     (Sub of a zero point) -> Mul by a per-column scale -> MatMul, then Add and Relu."""

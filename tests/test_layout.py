@@ -58,6 +58,20 @@ def test_blocked_graph_keeps_se_pool_and_residual_blocked(chain):
     assert 0 < len(moves) <= 5 and all(n.bytes_read <= 4 * 16 * 8 * 8 for n in moves)
 
 
+def test_written_out_hardswish_and_scalar_affine_stay_blocked(tmp_path):
+    """PP-OCRv4 rec's blocks: the importer's call_tir clamps and shape-(1,) constants
+    had no layout in ConvertLayout, 4 transforms around each blocked conv (112 in the
+    model); now only the input and the output move."""
+    proto = oc.lcnet_block()
+    model = import_model(proto)
+    script = convert_layout(model.mod, "NCHW16c")["main"].script()
+    assert script.count("R.layout_transform(") == 2 and "call_tir" not in script
+    inputs = random_inputs(model.inputs, seed=1)
+    compiled = compile_model(model, "host", layout="nchwc")
+    got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5
+
+
 def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
     _, model, _, _ = chain
     _, cpu = plan_model(model.mod, "x86_avx512")

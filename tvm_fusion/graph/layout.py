@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 
 import tvm
+import tvm_ffi
 from tvm import relax, te, topi
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm.relax.transform.legalize_ops import manipulate as stock_manipulate
@@ -74,7 +75,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     if not c:
         return mod
     mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions, attrs=mod.attrs)
-    mod["main"] = as_elementwise(_clip_as_max_min(mod["main"]))
+    mod["main"] = as_elementwise(_scalar_operands(_clip_as_max_min(mod["main"]), mod))
     seq = tvm.transform.Sequential([
         relax.transform.ConvertLayout({"relax.nn.conv2d": [f"NCHW{c}c", f"OIHW{c}o"]}),
         relax.transform.Normalize(),
@@ -103,6 +104,64 @@ def _clip_as_max_min(func: relax.Function) -> relax.Function:
         return relax.op.minimum(relax.op.maximum(m[x], low), high)
 
     return rewrite_call(is_op("relax.clip")(x, lo, hi), rewrite, func)
+
+
+_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+           "relax.maximum", "relax.minimum")
+_TE_CLAMP = re.compile(r"^(maximum|minimum)\d*$")
+
+
+def _scalar_operands(func: relax.Function, mod: tvm.IRModule) -> relax.Function:
+    """Binary elementwise ops with a one-element operand take it as a 0-d constant, and
+    the ONNX importer's ``call_tir`` clamps (``Clip`` with input bounds: ``topi.maximum``
+    / ``topi.minimum`` against a 0-d constant) become ``relax.maximum`` /
+    ``relax.minimum``. ConvertLayout has no layout for a shape-(1,) constant against a
+    4-D tensor, nor for ``call_tir``: PP-OCRv4 rec's decomposed HardSwish and its
+    scalar scale and bias put 4 transforms around each of its 28 blocked convs."""
+
+    def rewrite(expr, _m):
+        op = getattr(expr.op, "name", "")
+        if op in _BINARY and len(expr.args) == 2:
+            args = list(expr.args)
+            scalar = [_as_scalar(a) for a in args]
+            # one operand a scalar now, the other of the output's shape: same result
+            if sum(s is not None for s in scalar) == 1 and tvm_ffi.structural_equal(
+                    args[scalar.index(None)].ty, expr.ty):
+                return getattr(relax.op, op.split(".")[1])(
+                    *(a if s is None else s for a, s in zip(args, scalar)))
+            return expr
+        if op != "relax.call_tir" or not isinstance(expr.args[0], tvm.ir.GlobalVar):
+            return expr
+        m = _TE_CLAMP.match(expr.args[0].name_hint)
+        args = list(expr.args[1].fields) if isinstance(expr.args[1], relax.Tuple) else []
+        if m is None or len(args) != 2 or _rank(args[1]) != 0 \
+                or not _is_const(args[1]) \
+                or not isinstance(mod[expr.args[0]], tvm.tirx.PrimFunc) \
+                or not tvm_ffi.structural_equal(args[0].ty, expr.ty):
+            return expr
+        return getattr(relax.op, m.group(1))(args[0], args[1])
+
+    out = func
+    for name in _BINARY + ("relax.call_tir",):
+        out = rewrite_call(is_op(name)(wildcard(), wildcard()), rewrite, out)
+    return out
+
+
+def _rank(expr) -> int:
+    ty = getattr(expr, "ty", None)
+    return int(ty.ndim) if isinstance(ty, relax.TensorType) else -1
+
+
+def _is_const(expr) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor)
+
+
+def _as_scalar(expr):
+    """A one-element constant of rank >= 1 as a 0-d one, else None."""
+    if not _is_const(expr) or _rank(expr) < 1:
+        return None
+    value = expr.value.numpy()
+    return relax.const(value.reshape(()), str(value.dtype)) if value.size == 1 else None
 
 
 def count_blocked_convs(mod: tvm.IRModule) -> tuple[int, int]:
