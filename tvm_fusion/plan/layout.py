@@ -145,9 +145,15 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto",
             f"no conv2d with channels divisible by {block_of(name)}: NCHW"))
     count, nbytes, t_us = _transform_terms(graph, hw)
     gain = _conv_compute_us(base_graph, hw) - _conv_compute_us(graph, hw)
+    # a transform fused into a neighbour is an index remap there, priced at nothing more
+    alone = sum(len(g.nodes) == 1 and "layout_transform" in graph.nodes[g.nodes[0]].op
+                for g in plan.groups)
     terms = (f"{k} of {total} convs blocked; conv compute {gain:+.2f} us saved by lane "
-             f"utilisation; {count} layout transforms moving {nbytes / 1024:.1f} KB "
-             f"({t_us:.1f} us as kernels of their own)")
+             f"utilisation; {count} layout transforms moving {nbytes / 1024:.1f} KB, "
+             f"{count - alone} of them fused into neighbouring kernels "
+             f"({t_us:.1f} us if each were a kernel of its own)")
+    if plan.est_us == base.est_us:
+        terms += "; a tie keeps NCHW"
     if plan.est_us < base.est_us:
         return graph, dataclasses.replace(plan, layout=name, layout_reason=(
             f"predicted {plan.est_us:.1f} us against {base.est_us:.1f} us in NCHW "
