@@ -30,6 +30,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from ..errors import LoweringError, PlanError
 from ..frontend.int_weights import fold_keeping_int_weights
+from .const_divide import LEGALIZE_MAP as _CONST_DIVIDE
 from .conv_transpose import LEGALIZE_MAP as _CONV_TRANSPOSE
 from .fast_erf import LEGALIZE_MAP as _FAST_ERF
 from .layout import LEGALIZE_MAP as _PACKED_CONV
@@ -143,7 +144,8 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV,
-                                                              **_FAST_ERF, **_CONV_TRANSPOSE}),
+                                                              **_FAST_ERF, **_CONV_TRANSPOSE,
+                                                              **_CONST_DIVIDE}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),
