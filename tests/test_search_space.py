@@ -525,16 +525,3 @@ def test_bad_rule_configs_are_refused_with_the_key_and_the_fix(host):
                                                "spare_registers is 4, which leaves 12"):
         space_generator(space_from_dict(doc), avx2)
     space_generator(space_from_dict(doc), host)  # 32 on AVX-512: fine
-
-
-def test_wide_softmax_can_compute_its_exponentials_once():
-    """topi.fast_exp (graph/wide_softmax.py) reads as arithmetic, so AutoInline put it
-    into both its readers (the float64 sum and the normalization) in every design space:
-    the CPU space keeps it a block of its own, as it does tirx.exp."""
-    from tvm_fusion.graph.wide_softmax import _softmax_te
-    x = te.placeholder((2, 256), "float32", name="x")
-    mod = tvm.IRModule({"main": te.create_prim_func([x, _softmax_te(x, 1)])
-                        .with_attr("global_symbol", "main")})
-    _, spaces = _spaces_of(mod, load_target("host").tvm_target())
-    kept = [sch for sch in spaces if '"T_fast_exp"' in sch.mod["main"].script()]
-    assert spaces and kept  # none before "tirx.reinterpret" joined disallow_op

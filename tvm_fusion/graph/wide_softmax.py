@@ -6,9 +6,7 @@ the row: over PP-OCRv6's 18710 CTC classes it is off by up to 1.2e-4 relative, a
 probability with it (1.07e-4 from the float64 softmax of the same float32 logits, where
 ONNX Runtime's vectorized sum is off by 6.4e-6). Accumulating that one sum in float64
 makes it exact to float32 rounding; the exponentials, the max and the output stay
-float32, and the PrimFunc keeps topi's name. The exponentials are ``topi.fast_exp`` (a
-polynomial the vectorizer takes, 1.7e-7 off float64 ``exp`` on [-40, 0]), not libm's
-``expf`` once per element, which no schedule vectorizes.
+float32, and the PrimFunc keeps topi's name and blocks (max, exp, expsum, norm).
 
 Rows up to :data:`WIDE_AXIS` long keep TVM's legalization (and their kernels' workload
 hashes, which tuning logs are keyed by): a float32 sum over them loses under 1e-5.
@@ -17,7 +15,7 @@ hashes, which tuning logs are keyed by): a float32 sum over them loses under 1e-
 from __future__ import annotations
 
 import tvm
-from tvm import relax, te, topi
+from tvm import relax, te
 from tvm.relax.transform.legalize_ops import nn as stock
 
 WIDE_AXIS = 4096
@@ -46,13 +44,15 @@ def _parts(x: te.Tensor, axis: int, log: bool):
     reduced = tuple(d for i, d in enumerate(x.shape) if i != axis)
     k1, k2 = te.reduce_axis((0, n), name="k"), te.reduce_axis((0, n), name="k")
     mx = te.compute(reduced, lambda *i: te.max(x[at(i, k1)], axis=k1), name="T_softmax_maxelem")
-    # topi.fast_exp, not te.exp: LLVM lowers te.exp to one libm expf call per element,
-    # which no schedule vectorizes (PP-OCRv4 rec's 40 x 6625 softmax: 715 us tuned)
-    ex = topi.fast_exp(te.compute(x.shape, lambda *i: x[i] - mx[row(i)],
-                                  name="T_softmax_delta"))
-    total = te.compute(reduced, lambda *i: te.sum(ex[at(i, k2)].astype("float64"), axis=k2),
-                       name="T_softmax_expsum")
-    return mx, total, None if log else ex, row
+    if log:
+        ex = None
+        total = te.compute(reduced, lambda *i: te.sum(
+            te.exp(x[at(i, k2)] - mx[i]).astype("float64"), axis=k2), name="T_softmax_expsum")
+    else:
+        ex = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[row(i)]), name="T_softmax_exp")
+        total = te.compute(reduced, lambda *i: te.sum(ex[at(i, k2)].astype("float64"), axis=k2),
+                           name="T_softmax_expsum")
+    return mx, total, ex, row
 
 
 def _softmax_te(x: te.Tensor, axis: int) -> te.Tensor:
