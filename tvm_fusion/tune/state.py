@@ -22,6 +22,12 @@ def _latency_us(result) -> float | None:
     return median_us(result.run_secs)  # the runner gives several repeats
 
 
+def _is_default(trace) -> bool:
+    """Whether a record's trace is the no-op :meth:`TuneState.recheck_record` commits."""
+    insts = list(trace.insts)
+    return len(insts) == 1 and insts[0].kind.name == "GetSBlock"
+
+
 class TuneState:
     """One tuning run's tasks, their best verified latencies and where records go.
 
@@ -98,9 +104,9 @@ class TuneState:
         """
         workload = self.tasks[i].dispatched[0]
         top = self.accepted.get_top_k(self.workloads[i], 1)
-        if not top or not top[0].run_secs or \
+        if not top or not top[0].run_secs or _is_default(top[0].trace) or \
                 default_schedule(workload, self.target) is not workload:
-            return False
+            return False  # no record, the default already is the record, or not loops
         record = top[0].as_measure_candidate().sch.mod
         verdict = self.verifier.check(i, workload, record)
         if verdict.outcome is not Outcome.NOT_FASTER or \
