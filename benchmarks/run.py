@@ -63,6 +63,11 @@ def parse_args(argv):
     p.add_argument("--ms-builder-timeout", type=float, default=180.0,
                    help="LocalBuilder timeout for stock MetaSchedule, s (TVM's default, 30, is "
                         "shorter than its workers' start-up here: every build times out)")
+    p.add_argument("--ms-per-task", type=int, default=None,
+                   help="stock MetaSchedule's max_trials_per_task (default: --trials shared "
+                        "evenly over its tasks, rounded up); set it to tvm-fusion's trials per "
+                        "task to compare at the same per-task budget when the two tuners "
+                        "count different tasks")
     p.add_argument("--ms-population", type=int, default=None,
                    help="stock MetaSchedule's evolutionary search population (default "
                         "MetaSchedule's 512; the smoke tests use a small one)")
@@ -82,6 +87,8 @@ def parse_args(argv):
         p.error(f"unknown system(s) {bad}; known: {', '.join(KEYS)}")
     if args.trials < 1:
         p.error("--trials must be at least 1")
+    if args.ms_per_task is not None and args.ms_per_task < 1:
+        p.error("--ms-per-task must be at least 1")
     args.model_names, args.system_keys = names, systems
     return args
 
@@ -141,7 +148,7 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
     ctx = Context(model=model, inputs=inputs, hw=hw, trials=args.trials,
                   work=out / "work" / name, logs=args.logs,
                   ms_builder_timeout=args.ms_builder_timeout, resume=args.resume,
-                  ms_population=args.ms_population)
+                  ms_population=args.ms_population, ms_per_task=args.ms_per_task)
     names = labels(args.trials)
     rows = [Row(key, names[key]) for key in KEYS]
 
@@ -250,7 +257,8 @@ def main(argv=None) -> int:
         "machine": machine,
         "settings": {"trials": args.trials, "rounds": args.rounds, "slot_ms": args.slot_ms,
                      "ms_builder_timeout": args.ms_builder_timeout,
-                     "ms_population": args.ms_population, "target": hw.name,
+                     "ms_population": args.ms_population, "ms_per_task": args.ms_per_task,
+                     "target": hw.name,
                      "logs": str(args.logs) if args.logs else None,
                      "systems": args.system_keys},
         "models": [],

@@ -115,7 +115,9 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     trials : int
         Total trials (``total_trials``); 0 applies the database in ``work_dir`` only.
     per_task : int, optional
-        ``max_trials_per_task``; default ``ceil(trials / tasks)``, an even share.
+        ``max_trials_per_task``; default ``ceil(trials / tasks)``, an even share. When
+        given, ``total_trials`` grows to ``per_task x tasks`` if ``trials`` is smaller, so
+        every task gets the full per-task budget.
     prepack : bool, optional
         ``cpu_weight_prepack``; default on for LLVM targets. Applying an earlier
         database (``trials=0``) needs the setting it was tuned with.
@@ -141,6 +143,8 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     n_tasks = count_tasks(mod, target)
     if per_task is None:
         per_task = max(1, math.ceil(trials / max(n_tasks, 1)))
+    elif trials:  # an explicit per-task budget: room for it on every task
+        trials = max(trials, per_task * n_tasks)
     pipeline = relax.get_pipeline("static_shape_tuning", target=target,
                                   work_dir=str(work_dir), total_trials=trials,
                                   cpu_weight_prepack=prepack, max_trials_per_task=per_task)
@@ -157,7 +161,7 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     facts = {"tune_s": tune_s, "compile_s": compile_s, "scheduled": scheduled,
              "work_dir": str(work_dir), "builder_timeout_s": builder_timeout,
              "prepack": prepack, "per_task": per_task, "tasks": n_tasks,
-             "population": population}
+             "population": population, "total_trials": trials}
     facts.update(database_stats(work_dir))
     notes = [f"cpu_weight_prepack={prepack}, max_trials_per_task={per_task} over {n_tasks} "
              "tasks",

@@ -59,7 +59,8 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     # builder batch per task (max_trials_per_task) costs 1 s instead of 10.
     cmd = [sys.executable, "-m", "benchmarks.run", "--models", "embedded", "--trials",
            str(TRIALS), "--out", str(out), "--rounds", "2", "--slot-ms", "100",
-           "--ms-builder-timeout", "1", "--ms-population", str(MS_POPULATION)]
+           "--ms-builder-timeout", "1", "--ms-population", str(MS_POPULATION),
+           "--ms-per-task", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"harness failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "embedded: timing" in proc.stdout  # progress is printed
@@ -106,6 +107,9 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     assert "builder batches" in table[names[MS]]["notes"]
     assert f"population {MS_POPULATION}" in table[names[MS]]["notes"]  # the knob is reported
     assert data["settings"]["ms_population"] == MS_POPULATION
+    # the per-task budget is the one asked for (tvm-fusion's, when the task counts differ)
+    assert data["settings"]["ms_per_task"] == 2
+    assert "max_trials_per_task=2 over" in table[names[MS]]["notes"]
 
 
 def _pretrained_table(md: str) -> dict[str, dict[str, str]]:
