@@ -26,10 +26,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # specs, shipped data, model sources. tune.fast_import, tune.ms_compat and tune.vnni
     # (the VNNI intrinsic records replay with) are TVM work-arounds that the GPU and
     # cost-model stages below tune/ and the log database need as well (tune.int8_dw,
-    # the default int8 depthwise schedule, with tune.vnni); "tune" is
+    # the default int8 depthwise schedule, with tune.vnni; tune.fast_math, the float32
+    # exp every CPU build lowers as a polynomial, with tune.fast_import's builder); "tune" is
     # tune/__init__.py, which imports its names on first use (nothing when loaded).
     ("base", ("errors", "config", "version", "data", "targets", "zoo", "embedded",
-              "tune.fast_import", "tune.ms_compat", "tune.vnni", "tune.int8_dw", "tune")),
+              "tune.fast_import", "tune.fast_math", "tune.ms_compat", "tune.vnni", "tune.int8_dw",
+              "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;

@@ -36,6 +36,7 @@ from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_ma
 from ..tune.prepack import (constant_shapes, fold_prepacked, has_layout_rewrite,
                             resolve_prepack)
 from ..tune.schedulable import kernel_module
+from ..tune.fast_math import vectorizable_exp
 
 MODULE_SCHEMA = "tvm-fusion/module"
 MODULE_VERSION = 2  # 2: the sidecar records the library's size and sha256
@@ -295,7 +296,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
             funcs = _prim_funcs(mod)
         lower = tvm.transform.Sequential(_lowering_passes(tvm_target))
         try:
-            ex = relax.build(lower(mod), target=tvm_target, relax_pipeline=None)
+            with vectorizable_exp():  # the lowering the tuner measured
+                ex = relax.build(lower(mod), target=tvm_target, relax_pipeline=None)
         except Exception as e:
             raise LogError(f"building {model.source} for {hw.name} failed: "
                            f"{str(e).splitlines()[-1]}") from e

@@ -27,6 +27,7 @@ from ..plan import FusionPlan, graph_for_plan
 from ..targets import as_target
 from ..tune.builder import PooledBuilder
 from ..tune.fast_import import import_tensor_intrinsics
+from ..tune.fast_math import vectorizable_exp
 from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import drop_unnamed_handlers, plain_task_tables
 from ..tune.prepack import entry_prepack
@@ -144,7 +145,8 @@ def default_latencies(tasks, target) -> dict[str, float]:
     for t in tasks:
         mod = t.dispatched[0]
         func = mod[mod.get_global_vars()[0]]
-        lib = tvm.tirx.build(mod, target=target)
+        with vectorizable_exp():  # as the tuner's builder
+            lib = tvm.tirx.build(mod, target=target)
         args = [tvm.runtime.tensor(np.zeros([int(d) for d in b.shape], dtype=str(b.dtype)), dev)
                 for b in func.params]
         timer = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=5, min_repeat_ms=10)

@@ -36,6 +36,7 @@ from ..plan import FusionPlan, plan_model
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
 from ..tune.logdb import dumps, record_json
+from ..tune.fast_math import vectorizable_exp
 from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
 from ..tune.prepack import resolve_prepack
@@ -86,7 +87,8 @@ def _default_schedule(wl: tvm.IRModule, tvm_target, hw) -> tvm.tirx.PrimFunc:
 
 def _build(funcs: dict, tvm_target) -> tvm.runtime.Module | None:
     mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    return tvm.tirx.build(mod, target=tvm_target)
+    with vectorizable_exp():  # the lowering compile uses
+        return tvm.tirx.build(mod, target=tvm_target)
 
 
 def _build_kernel(funcs: dict, tvm_target) -> tuple[tvm.runtime.Module, list[str], dict]:

@@ -65,8 +65,11 @@ def build_kernel(mod, target, _params):
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from .fast_math import vectorizable_exp
+
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.tirx.build(mod, target=target)
+    with vectorizable_exp():  # as compile builds it
+        return tvm.tirx.build(mod, target=target)
 
 
 def register_vnni_intrin() -> str:

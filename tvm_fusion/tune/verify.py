@@ -30,6 +30,7 @@ import tvm
 
 from ..gpu.schedule import default_schedule
 from ..reference import max_rel_error
+from .fast_math import exp_lowerings, vectorizable_exp
 
 KERNEL_RTOL = 1e-4
 # Several draws: one seed let a kernel 5e-4 off through at 5e-5 (PP-OCR rec, a fused
@@ -143,7 +144,8 @@ def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, seeds=VERIFY_SEEDS,
         The buffers after one run per seed (concatenated in seed order) and the median
         time of a run in microseconds.
     """
-    lib = tvm.tirx.build(mod, target=target)
+    with vectorizable_exp():
+        lib = tvm.tirx.build(mod, target=target)
     with _loaded([lib], target, remote) as ([rlib], dev):
         outputs, arrays = _run(rlib, mod["main"], dev, seeds)
         return outputs, float(np.median(_repeats_us(rlib, dev, arrays)))
@@ -170,11 +172,16 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
     """
     cpu = str(target.kind.name) == "llvm"
     ref_target = target if cpu else tvm.target.Target("llvm")
-    ref_lib = tvm.tirx.build(mod, target=ref_target)
+    seen = exp_lowerings()
+    ref_lib = tvm.tirx.build(mod, target=ref_target)  # libm's exp: checks fast_math's
     with _loaded([ref_lib], ref_target, remote if cpu else None) as ([rlib], dev):
         ref, _ = _run(rlib, mod["main"], dev, VERIFY_SEEDS)
     scheduled = default_schedule(mod, target, hw)
-    lib = ref_lib if cpu and scheduled is mod else tvm.tirx.build(scheduled, target=target)
+    if cpu and scheduled is mod and exp_lowerings() == seen:
+        lib = ref_lib
+    else:
+        with vectorizable_exp():
+            lib = tvm.tirx.build(scheduled, target=target)
     with _loaded([lib], target, remote) as ([rlib], dev):
         _, arrays = _run(rlib, mod["main"], dev, (0,))
         return Reference(ref, lib, min(_repeats_us(rlib, dev, arrays)))
@@ -247,7 +254,8 @@ class KernelVerifier:
         ref, ref_us = self.reference(key, workload)
         func = workload["main"]
         try:
-            lib = tvm.tirx.build(candidate, target=self.target)
+            with vectorizable_exp():
+                lib = tvm.tirx.build(candidate, target=self.target)
             with _loaded([lib, self._ref[key].default_lib], self.target, self.remote) \
                     as ([rlib, rdefault], dev):
                 got, arrays = _run(rlib, func, dev, VERIFY_SEEDS)
