@@ -5,15 +5,15 @@ math library LLVM expands that into one libm ``expf`` call per lane, so no sched
 vectorizes an exponential: MiniLM-L3's attention softmax (12 x 128 x 128) was 366 us per
 call after 32 trials, PP-OCRv4 rec's 40 x 6625 one 715 us. ONNX Runtime computes its
 exponentials with a vectorized polynomial (MLAS ``MlasComputeExp``).
-:func:`vectorizable_exp` rewrites every float32 ``exp`` of a scheduled kernel into
+Inside :func:`vectorizable_exp`, LLVM builds lower every float32 ``exp`` as
 ``topi.fast_exp``'s formula (range reduction by ``ln 2``, Cephes' degree-7 polynomial,
 the exponent put in by bit shift), with the reduction in two parts of ``ln 2`` as Cephes
 does it: plain arithmetic that vectorizes, within 8e-8 of float64 ``exp`` from -87.3 to
 88.37 (numpy's float32 ``exp``: 1.9e-7). From 88.38 it gives inf, where float32's own
 overflows at 88.72 (tests/test_fast_math.py).
 
-It runs on the kernel just before it is built, never on what the planner or the tuner
-sees: the kernels' FLOP counts, design spaces and workload hashes (the keys of tuning
+It is a lowering rule (TVM's ``LowerIntrin``), so it acts when a kernel is built, never
+on what the planner or the tuner sees: the kernels' FLOP counts, design spaces and workload hashes (the keys of tuning
 logs) are unchanged, and logs tuned before it still apply. Every build of a kernel that
 is timed or deployed takes it (the tuner's builder, the verifier's default and
 candidates, ``compile``, offline bundles); the verifier's reference keeps libm ``exp``,
