@@ -31,12 +31,12 @@ from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
 from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
+from ..tune.fast_math import vectorizable_exp
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
 from ..tune.prepack import (constant_shapes, fold_prepacked, has_layout_rewrite,
                             resolve_prepack)
 from ..tune.schedulable import kernel_module
-from ..tune.fast_math import vectorizable_exp
 
 MODULE_SCHEMA = "tvm-fusion/module"
 MODULE_VERSION = 2  # 2: the sidecar records the library's size and sha256

@@ -35,8 +35,8 @@ from ..gpu.tir_check import check_scheduled
 from ..plan import FusionPlan, plan_model
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
-from ..tune.logdb import dumps, record_json
 from ..tune.fast_math import vectorizable_exp
+from ..tune.logdb import dumps, record_json
 from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
 from ..tune.prepack import resolve_prepack

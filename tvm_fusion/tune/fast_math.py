@@ -13,8 +13,9 @@ does it: plain arithmetic that vectorizes, within 8e-8 of float64 ``exp`` from -
 overflows at 88.72 (tests/test_fast_math.py).
 
 It is a lowering rule (TVM's ``LowerIntrin``), so it acts when a kernel is built, never
-on what the planner or the tuner sees: the kernels' FLOP counts, design spaces and workload hashes (the keys of tuning
-logs) are unchanged, and logs tuned before it still apply. Every build of a kernel that
+on what the planner or the tuner sees: the kernels' FLOP counts, design spaces and
+workload hashes (the keys of tuning logs) are unchanged, and logs tuned before it still
+apply. Every build of a kernel that
 is timed or deployed takes it (the tuner's builder, the verifier's default and
 candidates, ``compile``, offline bundles); the verifier's reference keeps libm ``exp``,
 so the approximation is checked against it. GPU targets keep their own ``exp``.
@@ -51,9 +52,9 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     lanes = tvm.DataType(dtype).lanes
     itype = "int32" if lanes == 1 else f"int32x{lanes}"
 
-    def c(v):
-        return tirx.const(v, "float32") if lanes == 1 else tirx.Broadcast(
-            tirx.const(v, "float32"), lanes)
+    def c(v, scalar="float32"):
+        k = tirx.const(v, scalar)
+        return k if lanes == 1 else tirx.Broadcast(k, lanes)
 
     xv = tirx.Var("exp_x", dtype)
     cl = tirx.Var("exp_clamped", dtype)
@@ -63,9 +64,7 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     for k in _POLY[1:]:
         p = p * f + c(k)
     y = p * f * f + f + c(1.0)
-    shift = tirx.const(23, "int32") if lanes == 1 else tirx.Broadcast(
-        tirx.const(23, "int32"), lanes)
-    two_n = tirx.reinterpret(dtype, tirx.Cast(itype, n + c(127.0)) << shift)
+    two_n = tirx.reinterpret(dtype, tirx.Cast(itype, n + c(127.0)) << c(23, "int32"))
     body = tirx.Max(two_n * y, xv)
     body = tirx.Let(f, (cl - n * c(_LN2_HI)) - n * c(_LN2_LO), body)
     body = tirx.Let(n, tirx.floor(cl * c(_LOG2E) + c(0.5)), body)
