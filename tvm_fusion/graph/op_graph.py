@@ -34,6 +34,7 @@ from .const_divide import LEGALIZE_MAP as _CONST_DIVIDE
 from .conv_transpose import LEGALIZE_MAP as _CONV_TRANSPOSE
 from .fast_erf import LEGALIZE_MAP as _FAST_ERF
 from .layout import LEGALIZE_MAP as _PACKED_CONV
+from .pad_columns import LEGALIZE_MAP as _PAD_COLUMNS
 from .wide_softmax import LEGALIZE_MAP as _WIDE_SOFTMAX
 
 # TVM's OpPatternKind values (include/tvm/relax/op_attr_types.h).
@@ -145,7 +146,7 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV,
                                                               **_FAST_ERF, **_CONV_TRANSPOSE,
-                                                              **_CONST_DIVIDE}),
+                                                              **_CONST_DIVIDE, **_PAD_COLUMNS}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),
