@@ -52,6 +52,11 @@ def parse_args(argv):
                    help="keep the tvm-fusion logs already in --out/work and tune only up to "
                         "--trials (re-times a finished run without re-tuning; stock "
                         "MetaSchedule always starts afresh)")
+    p.add_argument("--ms-resume", action="store_true",
+                   help="apply the stock MetaSchedule database already in "
+                        "--out/work/<model>/metaschedule instead of tuning afresh (re-times "
+                        "an earlier run's MetaSchedule row; give the --ms-per-task it was "
+                        "tuned with)")
     p.add_argument("--list", action="store_true", help="list the models and whether each runs")
     p.add_argument("--systems", default=",".join(DEFAULT_KEYS),
                    help=f"comma-separated subset of: {', '.join(KEYS)} (others are shown "
@@ -148,7 +153,8 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
     ctx = Context(model=model, inputs=inputs, hw=hw, trials=args.trials,
                   work=out / "work" / name, logs=args.logs,
                   ms_builder_timeout=args.ms_builder_timeout, resume=args.resume,
-                  ms_population=args.ms_population, ms_per_task=args.ms_per_task)
+                  ms_population=args.ms_population, ms_per_task=args.ms_per_task,
+                  ms_resume=args.ms_resume)
     names = labels(args.trials)
     rows = [Row(key, names[key]) for key in KEYS]
 

@@ -102,6 +102,7 @@ class Context:
     ms_per_task: int | None = None   # stock MetaSchedule's max_trials_per_task (default:
                                      # an even share of ``trials`` over its tasks)
     ms_population: int | None = None  # stock MetaSchedule's search population (default 512)
+    ms_resume: bool = False          # --ms-resume: apply stock MetaSchedule's earlier database
 
 
 def short_reason(err: BaseException) -> str:
@@ -381,11 +382,20 @@ def prepare_from_logs(ctx: Context, row: Row):
 def prepare_metaschedule(ctx: Context, row: Row):
     from .stock_ms import tune_and_build
 
+    work = ctx.work / "metaschedule"
+    resumed = ctx.ms_resume and (work / "database_tuning_record.json").is_file()
+    if ctx.ms_resume and not resumed:
+        row.notes.append(f"--ms-resume: no database in {work}, so MetaSchedule tuned afresh")
     executable, facts = tune_and_build(ctx.model.imported.mod, ctx.hw.tvm_target(),
-                                       _fresh(ctx.work / "metaschedule"), ctx.trials,
+                                       work if resumed else _fresh(work),
+                                       0 if resumed else ctx.trials,
                                        builder_timeout=ctx.ms_builder_timeout,
                                        per_task=ctx.ms_per_task,
                                        population=ctx.ms_population)
+    if resumed:  # the same schedules, so the same kernels: only the timing is new
+        facts.pop("total_trials", None)
+        row.notes.append(f"applied the database of an earlier run in {work} (no tuning): "
+                         "its tuning time is that run's")
     row.tune_s, row.compile_s = facts.pop("tune_s"), facts.pop("compile_s")
     scheduled = facts.pop("scheduled")
     called = called_kernels(executable)

@@ -111,6 +111,19 @@ def test_harness_smoke_on_embedded_model(tmp_path):
     assert data["settings"]["ms_per_task"] == 2
     assert "max_trials_per_task=2 over" in table[names[MS]]["notes"]
 
+    # --ms-resume times the same MetaSchedule database again: no trial is added to it.
+    db = out / "work" / "embedded" / "metaschedule" / "database_tuning_record.json"
+    records = db.read_text().count("\n")
+    again = cmd + ["--systems", f"{ORT},{MS},{FUSION}", "--resume", "--ms-resume"]
+    proc = subprocess.run(again, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, f"re-time failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    ms_row = {r["key"]: r for r in json.loads((out / JSON_NAME).read_text())
+              ["models"][0]["rows"]}[MS]
+    assert ms_row["status"] == "ok" and ms_row["max_err"] <= 1e-4, ms_row
+    assert any("applied the database of an earlier run" in n for n in ms_row["notes"])
+    assert db.read_text().count("\n") == records
+
 
 def _pretrained_table(md: str) -> dict[str, dict[str, str]]:
     """The table of RESULTS-pretrained.md: system label -> {column: cell}."""
