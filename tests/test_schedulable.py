@@ -42,3 +42,52 @@ def test_unschedulable_group_is_split_and_the_model_tunes(tmp_path):
     assert len(report.plan.groups) == 2 and report.trials_run >= 1
     compiled = tf.compile_model(model, hw, logs=tmp_path)
     assert compiled.plan.hash == report.plan.hash  # the repaired plan was stored and re-used
+
+
+def _conv_swish_concat() -> onnx.ModelProto:
+    """PP-OCR rec's neck in small: conv -> swish, concatenated with the block's input."""
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+         helper.make_node("Sigmoid", ["c"], ["s"], name="sig"),
+         helper.make_node("Mul", ["c", "s"], ["y"], name="swish"),
+         helper.make_node("Concat", ["h", "y"], ["z"], name="cat", axis=1)],
+        "conv_concat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 16]),
+                        helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 16, 1, 16])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 32, 1, 16])],
+        initializer=[
+            numpy_helper.from_array(rng.standard_normal((16, 8, 1, 1)).astype("float32"), "w"),
+            numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_concat_after_a_conv_tile_is_split_and_its_conv_gets_a_verified_record(tmp_path):
+    # MetaSchedule computes such a concatenate at the conv's tile, where TVM's
+    # reverse-compute-at never writes the other input's channels: every candidate of
+    # PP-OCR rec's conv+swish+concat failed verification and the kernel ran unscheduled.
+    model = tf.import_model(_conv_swish_concat(), name="conv-concat")
+    hw = tf.load_target("host")
+    graph = tf.build_graph(model.mod)
+    together = plan_from_groups(graph, [[n.id for n in graph.nodes]], hw, planner="cost")
+    fused = tf.apply_plan(graph, together)
+    bad = unschedulable_groups(fused, together, hw.tvm_target())
+    assert list(bad) == [together.groups[0].name]
+    assert "concatenate after a reduction" in bad[together.groups[0].name]
+
+    plan, _, tasks = make_schedulable(graph, together, hw, hw.tvm_target())
+    assert len(plan.groups) == 2  # FuseOps' split: conv + swish | concatenate
+    assert not any("concatenate" in " ".join(g.ops) and "conv2d" in " ".join(g.ops)
+                   for g in plan.groups)
+
+    report = tf.tune(model, hw, trials=8, logs=tmp_path, plan=together, progress=False)
+    compiled = tf.compile_model(model, hw, logs=tmp_path)
+    conv = next(g.name for g in compiled.plan.groups if "conv2d" in " ".join(g.ops))
+    assert conv in compiled.kernels and conv not in compiled.untuned  # verified and applied
+    x = np.random.default_rng(2).standard_normal((1, 8, 1, 16)).astype("float32")
+    h = np.random.default_rng(3).standard_normal((1, 16, 1, 16)).astype("float32")
+    import onnxruntime as ort
+    want = ort.InferenceSession(_conv_swish_concat().SerializeToString()).run(
+        None, {"x": x, "h": h})[0]
+    got = tf.load_module(compiled.export(tmp_path / "m.so"))(x, h)[0]
+    assert report.trials_run >= 1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -3,7 +3,8 @@
 The planner reasons about cost, not about what the schedule rules can express. Some
 fusions it likes (a matmul with a LayerNorm or Softmax epilogue: two reductions where
 the second reads the whole row) make MetaSchedule's design-space generation fail in
-``reverse-compute-at``. Such a group is split along FuseOps' groups (which MetaSchedule
+``reverse-compute-at``; others get a design space whose candidates are all wrong (a
+concatenate after a conv tile). Such a group is split along FuseOps' groups (which MetaSchedule
 always handles), or into single ops as a last resort, and the plan says so in its notes.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 import tvm
 import tvm_ffi
+from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from ..graph import OpGraph
@@ -22,8 +24,32 @@ from .fast_import import import_tensor_intrinsics
 from .prepack import mark_layout_free
 
 
+CONCAT_AFTER_REDUCTION = (
+    "a concatenate after a reduction (conv / matmul tile): MetaSchedule computes the "
+    "concatenate at the tile, where reverse-compute-at keeps only the tile's channels and "
+    "never writes the other inputs', so every such candidate fails verification")
+
+
+def _concat_after_reduction(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether ``func`` holds a reduction and a concatenate of several buffers (the
+    concatenate reads the reduction's result in every fused kernel seen so far).
+
+    TVM 0.27's ``reverse_compute_at`` narrows the concatenate to the region of the tiled
+    producer, so the channels that come from the other inputs are left unwritten
+    (PP-OCR rec's conv+swish+concat: all 50 candidates of a 32-per-task run were
+    rejected, and the kernel ran unscheduled, 1.6 ms against 68 us tuned).
+    """
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    reduced = any(int(iv.iter_type) == 2 for b in blocks for iv in b.iter_vars)  # CommReduce
+    concat_reads = [{r.source.name for r in b.reads} for b in blocks
+                    if b.name_hint.startswith("T_concat")]
+    return reduced and any(len(reads) > 1 for reads in concat_reads)
+
+
 def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[str, str]:
-    """Group name -> error, for the fused groups whose design space cannot be generated.
+    """Group name -> error, for the fused groups whose design space cannot be generated
+    or whose tuned candidates would all be wrong.
 
     Structurally equal kernels (the same layer repeated) are checked once.
     """
@@ -35,6 +61,8 @@ def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[
             continue
         func = fused[g.name].with_attr("global_symbol", "main")
         key = tvm_ffi.structural_hash(func)
+        if key not in seen and _concat_after_reduction(func):
+            seen[key] = CONCAT_AFTER_REDUCTION
         if key not in seen:
             ctx = ms.TuneContext(mod=tvm.IRModule({"main": func}), target=target,
                                  space_generator="post-order-apply",
