@@ -27,6 +27,8 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
+
 from tvm_fusion.tune.logdb import is_measured, read_run_times
 from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
 
@@ -190,3 +192,58 @@ def database_stats(work_dir: Path) -> dict:
     return {"workloads": len(hashes), "workloads_with_record": len(ok),
             "records": len(records), "failed": sum(not is_measured(s) for _, s in records),
             "build_timeouts": timeouts, "batches": batches}
+
+
+def wrong_kernels(work_dir: Path, target, tol: float = 1e-3) -> list[dict]:
+    """Replay each task's best record of a stock MetaSchedule database and compare it
+    with the task's unscheduled kernel on tvm-fusion's seeded random buffers.
+
+    MetaSchedule checks nothing it measures, so when its module's output is wrong this
+    names the kernels that made it so. Returns one dict per wrong task: ``blocks`` (its
+    TIR block names, which say which ops it fuses), ``max_rel_err``, ``run_us`` (the
+    record's measured time) and ``correct_records`` (how many of the task's records,
+    replayed the same way, are right).
+    """
+    import tvm_ffi
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_fusion.reference import max_rel_error
+    from tvm_fusion.tune.verify import reference_run, run_kernel
+
+    db = ms.database.JSONDatabase(str(Path(work_dir) / "database_workload.json"),
+                                  str(Path(work_dir) / "database_tuning_record.json"))
+    workloads = {tvm_ffi.structural_hash(r.workload.mod): r.workload
+                 for r in db.get_all_tuning_records()}
+
+    def error(mod, record, ref) -> float:
+        sch = s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        got, _ = run_kernel(sch.mod, target)
+        return max((max_rel_error(g, w) for g, w in zip(got, ref)), default=0.0)
+
+    wrong = []
+    for workload in workloads.values():
+        records = db.get_top_k(workload, 1 << 20)
+        if not records:
+            continue
+        mod = workload.mod
+        ref = reference_run(mod, target).outputs
+        err = error(mod, records[0], ref)
+        if err <= tol:
+            continue
+        blocks = _blocks(mod)
+        right = sum(error(mod, r, ref) <= tol for r in records[1:])
+        wrong.append({"blocks": blocks, "max_rel_err": err,
+                      "run_us": float(np.mean([float(s) for s in records[0].run_secs])) * 1e6,
+                      "records": len(records), "correct_records": right})
+    return wrong
+
+
+
+def _blocks(mod) -> list[str]:
+    """Names of the blocks under ``mod``'s root block, in order."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(mod)
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]

@@ -66,6 +66,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
     call: Callable | None = field(default=None, repr=False)
+    # what names the cause of a wrong output (a note), where the system can tell
+    explain: Callable[[], str] | None = field(default=None, repr=False)
 
     @property
     def timed(self) -> bool:
@@ -149,6 +151,12 @@ def run_system(prepare, ctx: Context, row: Row, ref: list[np.ndarray] | None,
     else:
         row.max_err = max_error(got, ref)
         row.status = "ok" if row.max_err <= tol else "wrong"
+        if row.status == "wrong" and row.explain is not None:
+            log(f"  [{row.key}] wrong output: looking for the kernels that make it so ...")
+            try:
+                row.notes.append(row.explain())
+            except Exception as err:  # noqa: BLE001 - the row is wrong either way
+                row.notes.append("could not tell which kernel is wrong: " + short_reason(err))
     if row.extra.get("timed") is False:
         row.status = "untimed" if row.status == "ok" else row.status
     else:
@@ -403,7 +411,23 @@ def prepare_metaschedule(ctx: Context, row: Row):
     row.untuned = sum(not scheduled.get(n, False) for n in called)
     row.extra.update(facts)
     row.notes.extend(facts.get("notes", []))
+    row.explain = lambda: explain_wrong(work, ctx.hw.tvm_target())
     return vm_runner(executable, ctx.inputs)
+
+
+def explain_wrong(work: Path, target) -> str:
+    """A note naming stock MetaSchedule's wrong kernels (it verifies no candidate)."""
+    from .stock_ms import wrong_kernels
+
+    wrong = wrong_kernels(work, target)
+    if not wrong:
+        return ("every tuned kernel matches its unscheduled version alone: the error comes "
+                "from elsewhere (the graph passes or the build)")
+    parts = [f"{'+'.join(w['blocks'])} (max rel err {w['max_rel_err']:.2g}, "
+             f"{w['run_us']:.0f} us; {w['correct_records']} of its other "
+             f"{w['records'] - 1} records are right)" for w in wrong]
+    return (f"{len(wrong)} tuned kernel(s) wrong on their own, as MetaSchedule verifies "
+            "nothing it measures: " + "; ".join(parts))
 
 
 def prepare_fuseops_plan(ctx: Context, row: Row):
