@@ -20,8 +20,8 @@ def _as_dict(c, records: int | None = None) -> dict:
     if not c.trials:
         note = "no valid measurement among the records"
     return {"trials": list(c.trials), "est_ms": list(c.est_ms), "complete": list(c.complete),
-            "tasks": c.tasks, "records": records if records is not None else len(c.trials),
-            "note": note}
+            "tasks": c.tasks, "unmeasured": c.unmeasured,
+            "records": records if records is not None else len(c.trials), "note": note}
 
 
 def fusion_curve(model, hw, logs: Path) -> dict:
@@ -36,8 +36,9 @@ def fusion_curve(model, hw, logs: Path) -> dict:
     return out
 
 
-def metaschedule_curve(model, hw, work_dir: Path) -> dict:
-    """Stock MetaSchedule's curve, from its work_dir database."""
+def metaschedule_curve(model, hw, work_dir: Path, prepack: bool = False) -> dict:
+    """Stock MetaSchedule's curve, from its work_dir database (``prepack``: tuned with
+    ``cpu_weight_prepack=True``)."""
     from tvm_fusion.explore.tuning import metaschedule_curve as curve
 
-    return _as_dict(curve(model, hw, work_dir))
+    return _as_dict(curve(model, hw, work_dir, prepack=prepack))

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from . import models as model_registry
-from .systems import DEFAULT_KEYS, FROM_LOGS, FUSEOPS_PLAN, FUSION, KEYS, ORT, PREPARE, Context, Row, labels, \
-    max_error, prepare_ort, run_system, short_reason
+from .systems import DEFAULT_KEYS, FROM_LOGS, FUSEOPS_PLAN, FUSION, KEYS, MS, ORT, PREPARE, Context, Row, \
+    labels, max_error, prepare_ort, run_system, short_reason
 
 DEFAULT_TOL = 1e-4
 
@@ -205,7 +205,9 @@ def bench_model(name: str, args, hw, machine: dict, out: Path, log) -> dict:
     ms_dir = ctx.work / "metaschedule"
     if (ms_dir / "database_tuning_record.json").is_file():
         try:
-            curves["metaschedule"] = metaschedule_curve(model.imported, hw, ms_dir)
+            ms_row = next((r for r in rows if r.key == MS), None)
+            prepack = bool(ms_row.extra.get("prepack")) if ms_row else False
+            curves["metaschedule"] = metaschedule_curve(model.imported, hw, ms_dir, prepack)
         except Exception as err:  # noqa: BLE001
             curves["metaschedule"] = {"trials": [], "note": f"not available: {short_reason(err)}"}
     entry["curves"] = curves

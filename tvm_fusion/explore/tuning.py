@@ -230,13 +230,16 @@ def tuning_curve(model, target, logs, *, label: str = "tvm-fusion", baseline: bo
     return curve_from_records(tdir / "candidates", _weights(tasks), label, default)
 
 
-def _stock_module(mod, tvm_target):
+def _stock_module(mod, tvm_target, prepack: bool = False):
     """What TVM's ``static_shape_tuning`` hands to MetaSchedule: FuseOps' kernels of the
-    Relax module ``mod``."""
+    Relax module ``mod``; with ``prepack`` (its ``cpu_weight_prepack``), their weights
+    marked layout-free, which changes every such task's workload hash."""
+    passes = [relax.transform.DecomposeOpsForInference(),
+              relax.transform.CanonicalizeBindings(), relax.get_pipeline("zero")]
+    if prepack:
+        passes.append(relax.transform.AttachAttrLayoutFreeBuffers())
     with tvm_target:
-        return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
-                                         relax.transform.CanonicalizeBindings(),
-                                         relax.get_pipeline("zero")])(mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: float = 180.0,
@@ -277,16 +280,18 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
 
 
 def metaschedule_curve(model, target, work_dir, *, label: str = "TVM MetaSchedule",
-                       baseline: bool = True) -> TuningCurve:
+                       baseline: bool = True, prepack: bool = False) -> TuningCurve:
     """The tuning curve of stock MetaSchedule from its ``work_dir`` database.
 
     For a model tuned with TVM's own ``relax_integration.tune_relax`` (or the
     ``static_shape_tuning`` pipeline) on the FuseOps-fused module, so the two tuners'
-    curves can be drawn side by side.
+    curves can be drawn side by side. ``prepack``: the database was tuned with
+    ``static_shape_tuning``'s ``cpu_weight_prepack=True`` (its tasks' hashes differ).
     """
     hw = as_target(target)
     tvm_target = hw.tvm_target()
-    tasks = ms.relax_integration.extract_tasks(_stock_module(model.mod, tvm_target), tvm_target)
+    tasks = ms.relax_integration.extract_tasks(
+        _stock_module(model.mod, tvm_target, prepack), tvm_target)
     default = default_latencies(tasks, tvm_target) if baseline else None
     return curve_from_records(work_dir, _weights(tasks), label, default)
 
