@@ -38,11 +38,15 @@ from .ort_nodes import OrtProfile, align, named, segments_of_onnx, segments_of_o
 from .systems import vm_runner
 
 
-def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "median"):
+def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "median",
+                    gap_s: float = 0.05):
     """In-model time of every kernel call, in call order: ``[(function, us)]`` (``stat``,
     median or min, over runs), and each function's arguments from one call.
 
-    ``between()`` is called after every run (the other system's run, interleaved)."""
+    ``between()`` is called after every run (the other system's run, interleaved), with
+    ``gap_s`` of sleep before and after it, as in the harness's interleaved timing: both
+    thread pools spin a while after a run, and a pool spinning on the cores the other
+    system needs makes its kernels wait for a time slice."""
     import tvm
     from tvm import relax
 
@@ -73,7 +77,9 @@ def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "me
         if k >= 2:
             per_run.append(state["run"])
             if between is not None:
+                time.sleep(gap_s)
                 between()
+                time.sleep(gap_s)
     pick = min if stat == "min" else statistics.median
     calls = [(sym, pick(r[i][1] for r in per_run))
              for i, (sym, _) in enumerate(per_run[0])]
