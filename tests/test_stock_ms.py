@@ -52,3 +52,41 @@ def test_a_correct_record_is_not_named(tmp_path):
     _database(tmp_path, _conv_concat(), concat_under_tile=False)
     assert wrong_kernels(tmp_path, tvm.target.Target("llvm")) == []
     assert "every tuned kernel matches" in explain_wrong(tmp_path, tvm.target.Target("llvm"))
+
+
+def _conv_model():
+    """One conv with constant weights: a task whose weight ``cpu_weight_prepack`` marks."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        initializer=[numpy_helper.from_array(w, "w")])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_tuning_curve_finds_the_tasks_tuned_with_prepacked_weights(tmp_path):
+    """The curve extracts the tasks as ``static_shape_tuning(cpu_weight_prepack=True)``
+    tuned them (weights layout-free, other workload hashes); extracted the plain way, no
+    task matches the database and the curve says nothing was measured (run 9's curves)."""
+    from benchmarks.stock_ms import tune_and_build
+    from tvm_fusion.explore.tuning import metaschedule_curve
+    from tvm_fusion.simplify import import_model
+
+    from tvm_fusion.targets import as_target
+
+    model = import_model(_conv_model(), name="conv")
+    target = as_target("host").tvm_target()  # with -num-cores, as MetaSchedule needs
+    # MetaSchedule's own builder timeout: its workers' start-up must fit, so records are valid
+    _, facts = tune_and_build(model.mod, target, tmp_path, trials=1, per_task=1,
+                              builder_timeout=None, prepack=True, population=16)
+    assert facts["workloads_with_record"] == facts["workloads"] > 0, facts
+    curve = metaschedule_curve(model, "host", tmp_path, prepack=True, baseline=False)
+    assert curve.tasks == facts["workloads"] and curve.unmeasured == 0, curve
+    assert curve.trials and curve.est_ms[-1] > 0
+    plain = metaschedule_curve(model, "host", tmp_path, prepack=False, baseline=False)
+    assert plain.unmeasured == plain.tasks, plain
