@@ -264,7 +264,8 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
 
 def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path):
     """``cost_model="auto"`` (the default): the model shipped for the target's hardware,
-    matched by TVM target; none for hardware no model ships for; the env var overrides."""
+    matched by TVM target; for a CPU no model ships for, the nearest CPU's; none for a
+    GPU no model ships for; the env var overrides."""
     from tvm_fusion.config import COST_MODEL
     from tvm_fusion.targets import target_from_dict
     from tvm_fusion.tune.driver import default_cost_model, describe_cost_model
@@ -273,7 +274,16 @@ def test_auto_picks_the_shipped_model_of_the_same_hardware(monkeypatch, tmp_path
     shipped = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
     assert default_cost_model(load_target("x86_zen4")) == shipped
     assert default_cost_model(load_target("a100")) is None
-    assert default_cost_model(load_target("x86_avx512")) is None  # another CPU
+    # a CPU no model ships for: the shipped CPU model of the same vector width, its own
+    # mcpu line first (Zen 5 takes Zen 4's), else the first by name; never another width
+    zen5 = load_target("x86_zen4").to_json_dict()
+    zen5.update(name="x86_zen5", tvm_config={"value": {"kind": "llvm", "mcpu": "znver5",
+                                                       "num-cores": 2}, "source": "a test"})
+    assert default_cost_model(target_from_dict(zen5)) == shipped
+    assert default_cost_model(load_target("x86_avx512")) == \
+        ROOT / "tuning_logs" / "x86_emeraldrapids" / "costmodel.json"  # icelake-server
+    assert default_cost_model(load_target("x86_avx2")) is None  # 256-bit vectors
+    assert default_cost_model(load_target("mi250x")) is None  # GPUs: only their own
     h200 = ROOT / "tuning_logs" / "h200" / "costmodel.json"  # trained on the lent H200
     assert default_cost_model(load_target("h200")) == h200
     assert default_cost_model(load_target("h100")) == h200  # the same TVM target (sm_90)
