@@ -39,14 +39,18 @@ from .systems import vm_runner
 
 
 def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "median",
-                    gap_s: float = 0.05):
+                    gap_s: float = 0.0, warm: int = 2):
     """In-model time of every kernel call, in call order: ``[(function, us)]`` (``stat``,
     median or min, over runs), and each function's arguments from one call.
 
-    ``between()`` is called after every run (the other system's run, interleaved), with
-    ``gap_s`` of sleep before and after it, as in the harness's interleaved timing: both
-    thread pools spin a while after a run, and a pool spinning on the cores the other
-    system needs makes its kernels wait for a time slice."""
+    ``between(warm)`` is called after every timed run (the other system's timed run,
+    interleaved), and each system's timed run comes after ``warm`` untimed ones of its
+    own, as in the harness's interleaved slots: both thread pools spin a while after a
+    run, so timed right after the other system's run a kernel waits for the cores the
+    spinning pool holds (run 8's in-model sums of 26-37 ms for 2-7 ms models). ``gap_s``
+    of sleep around ``between`` is optional: measured on ppocr-rec, 50 ms made ORT's
+    profiled runs 2-4x its latency (its pool woken cold), with or without warm runs.
+    """
     import tvm
     from tvm import relax
 
@@ -57,7 +61,7 @@ def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "me
     state = {"t0": 0.0, "run": None, "capture": False}
 
     def instrument(func, sym, before, ret, *call_args):
-        if sym.startswith("vm.builtin."):
+        if sym.startswith("vm.builtin.") or state["run"] is None:
             return 0
         if before:
             if state["capture"] and sym not in captured:  # the inputs hold real values now
@@ -72,13 +76,17 @@ def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "me
     vm.set_instrument(instrument)
     main = vm["main"]
     for k in range(runs + 2):  # two warm-up runs, the first one captures the arguments
+        if k >= 2 and between is not None:
+            state["run"] = None  # untimed: wakes this pool after the other system's slot
+            for _ in range(warm):
+                main(*args)
         state["run"], state["capture"] = [], k == 0
         main(*args)
         if k >= 2:
             per_run.append(state["run"])
             if between is not None:
                 time.sleep(gap_s)
-                between()
+                between(warm)
                 time.sleep(gap_s)
     pick = min if stat == "min" else statistics.median
     calls = [(sym, pick(r[i][1] for r in per_run))
