@@ -39,7 +39,7 @@ from .systems import vm_runner
 
 
 def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "median",
-                    gap_s: float = 0.0, warm: int = 2):
+                    warm: int = 2):
     """In-model time of every kernel call, in call order: ``[(function, us)]`` (``stat``,
     median or min, over runs), and each function's arguments from one call.
 
@@ -47,9 +47,9 @@ def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "me
     interleaved), and each system's timed run comes after ``warm`` untimed ones of its
     own, as in the harness's interleaved slots: both thread pools spin a while after a
     run, so timed right after the other system's run a kernel waits for the cores the
-    spinning pool holds (run 8's in-model sums of 26-37 ms for 2-7 ms models). ``gap_s``
-    of sleep around ``between`` is optional: measured on ppocr-rec, 50 ms made ORT's
-    profiled runs 2-4x its latency (its pool woken cold), with or without warm runs.
+    spinning pool holds (run 8's in-model sums of 26-37 ms for 2-7 ms models). No sleep
+    between the systems: on ppocr-rec 50 ms of it made ORT's profiled runs 2-4x its
+    latency (its pool woken cold), with or without warm runs.
     """
     import tvm
     from tvm import relax
@@ -85,9 +85,7 @@ def _in_model_times(executable, inputs, runs: int, between=None, stat: str = "me
         if k >= 2:
             per_run.append(state["run"])
             if between is not None:
-                time.sleep(gap_s)
                 between(warm)
-                time.sleep(gap_s)
     pick = min if stat == "min" else statistics.median
     calls = [(sym, pick(r[i][1] for r in per_run))
              for i, (sym, _) in enumerate(per_run[0])]

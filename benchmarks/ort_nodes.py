@@ -176,7 +176,6 @@ class OrtProfile:
         so.log_severity_level = 3
         self.sess = ort.InferenceSession(proto.SerializeToString(), so,
                                          providers=["CPUExecutionProvider"])
-        self.warmup = warmup
         self._runs, self._kept = 0, []  # session runs made; the indices of the timed ones
         for _ in range(warmup):
             self.sess.run(None, self.feed)
