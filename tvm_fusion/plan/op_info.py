@@ -20,6 +20,11 @@ Read from the operator's PrimFunc in the legalized module:
 ``rows``
     Independent rows of a reduction: main-input elements / ``reduce_len`` (1 for the
     other roles).
+``fills``
+    Some of its output elements read none of its inputs, or another input than the
+    rest (a pad's border, a concatenate): its stored value selects with
+    ``if_then_else``. MetaSchedule computes such an op at the tile of a GEMM/conv
+    before it, where it writes only the tile's image (:mod:`.legality`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class OpInfo:
     in_bytes: int = 0  # bytes of the main input
     out_elems: int = 1
     dtype_bytes: int = 4
+    fills: bool = False
 
 
 def _elems(shape) -> int:
@@ -60,6 +66,12 @@ def _blocks(func):
     root = sch.get_sblock("root")
     allocs = {b.name for b in sch.get(root).alloc_buffers}
     return [sch.get(b) for b in sch.get_child_blocks(root)], allocs
+
+
+def _selects(func) -> bool:
+    """Whether a block of ``func`` stores an ``if_then_else`` (pad, concatenate)."""
+    blocks, _ = _blocks(func)
+    return any("if_then_else" in str(b.body) for b in blocks)
 
 
 def _reduced_operands(block, reduce_ivs) -> set[str]:
@@ -76,7 +88,9 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     out_elems = sum(_elems(r.shape) for r in node.results) if node.results else _elems(node.shape)
     dbytes = max(tvm.DataType(node.dtype).bits // 8, 1)
     if node.kind in _ELEMENTWISE_KINDS:
-        return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes)
+        fills = node.kind == "injective" and not node.library and _selects(graph.mod[node.op])
+        return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes,
+                      fills=fills)
     if node.kind not in ("reduction", "gemm"):
         return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes)
     blocks, allocs = _blocks(graph.mod[node.op])

