@@ -19,7 +19,8 @@ from tvm_fusion import targets
 from tvm_fusion.errors import TargetError
 from tvm_fusion.plan import AnalyticalCostModel
 from tvm_fusion.tune import logs
-from tvm_fusion.tune.calibrate import check_inputs, copy_bandwidth, write_target
+from tvm_fusion.tune.calibrate import (FMA_ACCS, FMA_STEPS, _fma_kernel, check_inputs,
+                                       copy_bandwidth, fma_peaks, write_target)
 
 from test_bad_inputs import cli
 
@@ -86,6 +87,23 @@ def test_logs_of_an_earlier_hash_of_a_shipped_description_still_apply(tmp_path, 
 def test_copy_probe_measures_a_bandwidth():
     gbs = copy_bandwidth(tf.load_target("host").tvm_target(), 1 << 20, 3, fork_join_us=0.0)
     assert math.isfinite(gbs) and gbs > 0.1
+
+
+def test_fma_probe_computes_its_chain_and_measures_a_peak():
+    import numpy as np
+    import tvm
+
+    hw = tf.load_target("host")
+    lanes = hw.vector_width_bits // 32
+    lib = tvm.compile(_fma_kernel(1, lanes, "float32"), target=hw.tvm_target())
+    out = tvm.runtime.tensor(np.zeros((1, FMA_ACCS, lanes), "float32"))
+    lib.jit()["fma"](out)
+    # every accumulator went x -> 0.999 x + 0.001 FMA_STEPS times from its start j + 1
+    want = 1 + np.arange(FMA_ACCS, dtype=np.float64) * 0.999 ** FMA_STEPS
+    np.testing.assert_allclose(out.numpy()[0, :, 0], want, rtol=1e-4)
+    peaks = fma_peaks(hw.tvm_target(), cores=1, vector_bits=hw.vector_width_bits, repeat=2)
+    assert set(peaks) == {"float32", "float64"}
+    assert all(math.isfinite(v) and v > 1e8 for v in peaks.values())
 
 
 def test_what_calibration_cannot_do_is_refused_before_measuring(tmp_path):

@@ -91,7 +91,40 @@ def test_host_is_detected_llvm_with_system_cpu():
     assert int(target.attrs["num-cores"]) == t.compute_units >= 1
     assert t.vector_width_bits in (128, 256, 512)
     assert t.l1_bytes_per_unit > 0 and t.peak_fp32_flops > 1e9
-    assert t.sources["peak_flops.fp32_vector"].startswith("derived:")
+    # derived from the clock, or the measured number of a shipped file of the same target
+    assert t.sources["peak_flops.fp32_vector"].startswith(("derived:", "x86_"))
+
+
+def test_host_takes_the_measured_numbers_of_a_shipped_file_of_its_target(tmp_path, monkeypatch):
+    from tvm_fusion import targets
+    from tvm_fusion.tune import logs
+
+    monkeypatch.setattr(targets, "HW_DIR", tmp_path)  # no shipped file: the estimates
+    detected = targets.detect_host.__wrapped__()
+    assert detected.launch_overhead_us == 10.0 and detected.previous_hashes == (
+        detected.values_hash,)
+    doc = json.loads((HW_DIR / "x86_zen4.json").read_text())
+    doc["name"] = "x86_mine"
+    doc["tvm_config"]["value"] = dict(detected.tvm_config)
+    doc["launch_overhead_us"] = {"value": 1.5, "source": "measured (test)"}
+    doc["peak_flops"]["fp32_vector"] = {"value": 321e9, "source": "measured (test)"}
+    (tmp_path / "x86_mine.json").write_text(json.dumps(doc))
+    host = targets.detect_host.__wrapped__()
+    assert host.name == "host" and host.compute_units == detected.compute_units
+    assert (host.launch_overhead_us, host.peak_fp32_flops) == (1.5, 321e9)
+    assert host.sources["launch_overhead_us"] == "x86_mine.json: measured (test)"
+    # the same hardware: the hash is unchanged, and logs keyed before still apply
+    assert host.hardware_hash == detected.hardware_hash
+    assert host.values_hash != detected.values_hash
+    before = {"schema": logs.MANIFEST_SCHEMA, "version": logs.MANIFEST_VERSION,
+              "tvm": logs.versions()["tvm"],
+              "target": {**logs.target_identity(detected),
+                         "hardware_hash": detected.values_hash}}
+    assert logs.manifest_problems(before, tmp_path, host) == ([], [])
+    # another TVM target takes nothing
+    doc["tvm_config"]["value"] = {**doc["tvm_config"]["value"], "num-cores": 64}
+    (tmp_path / "x86_mine.json").write_text(json.dumps(doc))
+    assert targets.detect_host.__wrapped__().launch_overhead_us == 10.0
 
 
 def test_load_by_path(tmp_path):

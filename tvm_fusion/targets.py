@@ -47,6 +47,12 @@ OPTIONAL_FLOAT_FIELDS = ("call_overhead_us", "cache_bandwidth_gbs")
 CPU_EFFICIENCY_KEYS = ("gemm", "depthwise", "vector", "accumulators")
 OPTIONAL_MAPPING_FIELDS = ("cpu_efficiency",)
 PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
+# What a calibration measures or fits (`tvm-fusion calibrate`): the cost model's view of the
+# hardware, not which hardware it is. The hardware hash leaves these out, so re-measuring a
+# description, or `host` taking a shipped description's measured numbers, keys the same
+# hardware the same way and orphans no tuning log.
+CALIBRATED_FIELDS = ("clock_ghz", "peak_flops", "dram_bandwidth_gbs", "launch_overhead_us",
+                     "call_overhead_us", "cache_bandwidth_gbs", "cpu_efficiency")
 EXPECTED_KEYS = (*PLAIN_FIELDS, "tvm_config", "peak_flops", *INT_FIELDS, *FLOAT_FIELDS,
                  "features")
 ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS, *OPTIONAL_MAPPING_FIELDS)
@@ -98,6 +104,9 @@ class HardwareTarget:
     call_overhead_us: float | None = None
     cache_bandwidth_gbs: float | None = None
     cpu_efficiency: Mapping[str, float] | None = None
+    # values hashes of this hardware's earlier descriptions whose logs still apply (host:
+    # the detected description before it took a shipped file's measured numbers)
+    earlier_hashes: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # mappings are unhashable; the content hash stands in
         return hash(self.hardware_hash)
@@ -149,22 +158,35 @@ class HardwareTarget:
             out[key] = {"value": val, "source": self.sources[key]}
         return out
 
-    @property
-    def hardware_hash(self) -> str:
-        """sha256 of the canonical JSON of the values, for tuning-log manifests.
-
-        Sources and description are left out, so fixing a citation does not orphan logs.
-        """
+    def _hash(self, leave_out: Iterable[str]) -> str:
         doc = self.to_json_dict()
-        del doc["description"]
+        for key in ("description", *leave_out):
+            doc.pop(key, None)
         values = {k: _strip_sources(v) for k, v in doc.items()}
         text = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     @property
+    def hardware_hash(self) -> str:
+        """sha256 of the canonical JSON of what the hardware is, for tuning-log manifests.
+
+        Sources and description are left out, so fixing a citation does not orphan logs;
+        so are the calibrated numbers (:data:`CALIBRATED_FIELDS`), so measuring them
+        again does not either.
+        """
+        return self._hash(CALIBRATED_FIELDS)
+
+    @property
+    def values_hash(self) -> str:
+        """sha256 of every value, calibrated numbers included: the hardware hash that
+        manifests recorded before the calibrated numbers left it."""
+        return self._hash(())
+
+    @property
     def previous_hashes(self) -> tuple[str, ...]:
-        """Earlier hashes of this shipped description whose logs still apply."""
-        return PREVIOUS_HASHES.get(self.name, ())
+        """Earlier hashes of this description whose logs still apply: the shipped file's
+        re-measured ones, the values hash of this and earlier descriptions."""
+        return (*PREVIOUS_HASHES.get(self.name, ()), self.values_hash, *self.earlier_hashes)
 
     def summary_row(self) -> dict[str, str]:
         """The key numbers as strings, one row of the ``tvm-fusion targets`` table."""
@@ -528,9 +550,38 @@ def detect_host() -> HardwareTarget:
                                "overhead ~5-15 us on the development machine (DESIGN.md: "
                                "15-17 us per layout-only kernel); benchmarks measure it"},
     }
-    target = target_from_dict(doc, origin="host (detected)")
-    target.tvm_target()
-    return target
+    detected = target_from_dict(doc, origin="host (detected)")
+    detected.tvm_target()
+    return _with_shipped_measurements(detected, doc)
+
+
+def _with_shipped_measurements(detected: HardwareTarget, doc: dict) -> HardwareTarget:
+    """``detected`` with the calibrated numbers of the shipped description of the same TVM
+    target, where one ships (x86_zen4 on a 2-core Zen 4): measured overheads, bandwidths,
+    peaks and efficiency shares instead of ``detect_host``'s estimates. The hardware hash
+    is the same either way; logs keyed by the detected description's values still apply."""
+    key = json.dumps(dict(detected.tvm_config), sort_keys=True)
+    for path in sorted(HW_DIR.glob("*.json")):
+        try:  # read the config alone: loading a GPU file builds its TVM target
+            config = json.loads(path.read_text())["tvm_config"]["value"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # load_target(name) reports a broken file by name
+        if json.dumps(config, sort_keys=True) != key:
+            continue
+        name = path.stem
+        mine = load_target(name).to_json_dict()
+        doc = {**doc, "description": f"{doc['description']}; measured numbers from "
+                                     f"hw_targets/{name}.json (the same TVM target)"}
+        for field in CALIBRATED_FIELDS:
+            if field == "peak_flops":
+                doc[field] = {k: {"value": v["value"], "source": f"{name}.json: {v['source']}"}
+                              for k, v in mine[field].items()}
+            elif field in mine:
+                doc[field] = {"value": mine[field]["value"],
+                              "source": f"{name}.json: {mine[field]['source']}"}
+        adopted = target_from_dict(doc, origin=f"host (detected, numbers of {name})")
+        return dataclasses.replace(adopted, earlier_hashes=(detected.values_hash,))
+    return detected
 
 
 def as_target(target: str | os.PathLike | HardwareTarget) -> HardwareTarget:

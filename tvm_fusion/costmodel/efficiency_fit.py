@@ -32,7 +32,8 @@ ROUNDS = 6
 
 
 def with_cpu_efficiency(hw, eff: CpuEfficiency, *, source: str | None = None):
-    """``hw`` with ``eff`` as its ``cpu_efficiency`` (its hardware hash changes)."""
+    """``hw`` with ``eff`` as its ``cpu_efficiency`` (its values hash changes, its hardware
+    hash does not: the shares are a calibration)."""
     sources = dict(hw.sources)
     sources["cpu_efficiency"] = source or eff.source or "fitted"
     return dataclasses.replace(hw, cpu_efficiency=MappingProxyType(eff.to_json()),

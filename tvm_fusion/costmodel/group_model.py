@@ -136,7 +136,9 @@ class GroupModel:
 
     def records_for(self, hw) -> int:
         """Training records of ``hw``'s hardware (0: none)."""
-        return int(self.meta["targets"].get(hw.hardware_hash, {}).get("records", 0))
+        known = self.meta["targets"]
+        key = next((h for h in (hw.hardware_hash, *hw.previous_hashes) if h in known), None)
+        return int(known[key].get("records", 0)) if key else 0
 
     def thin(self, hw, features: dict[str, float]) -> str | None:
         """Why the learned time is not used for a group (None: it is)."""
