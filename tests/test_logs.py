@@ -576,3 +576,19 @@ def test_jit_compiles_per_shape_caches_on_disk_and_reuses_across_processes(scena
     m = json.loads((logs / "host" / "manifest.json").read_text())
     (logs / "host" / "manifest.json").write_text(json.dumps({**m, "note": "edited"}))
     assert fn.cache_key([("x", (64, 64))]) != key
+
+
+def test_merge_takes_logs_keyed_by_the_old_all_values_hash_as_the_same_target(tmp_path):
+    from tvm_fusion.logtools import merge
+
+    host = tf.load_target("host")
+    for sub, h in (("old", host.values_hash), ("new", host.hardware_hash),
+                   ("other", "0" * 64)):
+        m = fresh_manifest()
+        m["target"] = {**target_identity(host), "hardware_hash": h}
+        (tmp_path / sub / "host").mkdir(parents=True)
+        write_manifest(tmp_path / sub / "host", m)
+    (report,) = merge([tmp_path / "old", tmp_path / "new"], tmp_path / "out")
+    assert report["target"] == "host" and len(report["sources"]) == 2
+    with pytest.raises(LogError, match="refusing to merge records of different targets"):
+        merge([tmp_path / "old", tmp_path / "other"], tmp_path / "out2")

@@ -391,9 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("calibrate", help="measure this machine's overheads, bandwidths and "
                         "peaks; write a target file",
                         description="Measure the kernel call and fork-join overhead, cache "
-                                    "and DRAM bandwidth and fp32/fp64 GEMM peaks of this "
-                                    "machine and write a hardware description whose "
-                                    "numbers cite the measurement.")
+                                    "and DRAM bandwidth and fp32/fp64 vector FMA peaks of "
+                                    "this machine and write a hardware description whose "
+                                    "numbers cite the measurement. A detected host whose "
+                                    "TVM target is that of a shipped description (see "
+                                    "`tvm-fusion targets`) plans with that file's "
+                                    "measured numbers.")
     ca.add_argument("--target", default="host",
                     help="the machine to describe: host (the one this runs on)")
     ca.add_argument("--name", default="host_calibrated",

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from .errors import LogError
+from .errors import LogError, TvmFusionError
 from .plan import FusionPlan
 from .targets import load_target
 from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
@@ -168,6 +168,17 @@ def format_show(report: list[dict]) -> str:
 
 # ---- merge ----------------------------------------------------------------------------
 
+def _hash_aliases(name: str) -> dict[str, str]:
+    """Earlier hashes of the description ``name`` (re-measured, or the all-values hash of
+    logs keyed before the hardware hash left out the calibrated numbers) -> its hash now;
+    empty for a name that is no known target."""
+    try:
+        hw = load_target(name)
+    except TvmFusionError:
+        return {}
+    return {h: hw.hardware_hash for h in hw.previous_hashes}
+
+
 def merge(sources: list[str | Path], dest: str | Path) -> list[dict]:
     """Merge log directories into ``dest``, keeping the best record per workload.
 
@@ -202,11 +213,12 @@ def merge(sources: list[str | Path], dest: str | Path) -> list[dict]:
                     raise LogError(f"cannot merge: {version[0]}")
             seen.append((tdir, m))
         idents = {}
+        same = _hash_aliases(name)
         for tdir, m in seen:
             t = (m or {}).get("target")
             if t is not None:
-                idents[tdir] = (t.get("key") or target_key(t.get("tvm", {})),
-                                t.get("hardware_hash"))
+                h = t.get("hardware_hash")
+                idents[tdir] = (t.get("key") or target_key(t.get("tvm", {})), same.get(h, h))
         if len(set(idents.values())) > 1:
             desc = "; ".join(f"{p}: {k} hardware {str(h)[:12]}" for p, (k, h) in idents.items())
             raise LogError(f"refusing to merge records of different targets under the name "
