@@ -82,9 +82,11 @@ def test_qdq_orientation_stays_int8_and_matches_onnxruntime(qdq_orientation):
     _assert_vnni(plan, 20, loops=13)  # the stem, 18 1x1 convs, the classifier; 13 depthwise
     # quantize epilogues and zero-point pads in NCHW16c (graph/qdq_layout.py): 2 transforms
     # (the stem's output, the head's input) where each quantize had a pair (62), and 38
-    # kernels, against 37 for the float model
+    # kernels, against 37 for the float model; 39 where the head's transform + reshape +
+    # requantize, a tie between the conv's epilogue and a kernel of their own on a host
+    # of measured sub-microsecond fork-joins (x86_zen4), goes to FuseOps' choice
     moves = [op for g in plan.groups for op in g.ops if op.startswith("layout_transform")]
-    assert len(moves) == 2 and len(plan.groups) <= 38
+    assert len(moves) == 2 and len(plan.groups) <= 39
     last_dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"
                and n.output[0] in {o.name for o in proto.graph.output}]
     inits = {t.name: t for t in proto.graph.initializer}

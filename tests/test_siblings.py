@@ -80,7 +80,9 @@ def test_two_transposes_of_one_tensor_become_one_kernel(siblings, target, fused,
 
 def test_sibling_kernel_is_one_loop_nest_that_metaschedule_can_tune_and_matches_ort(siblings):
     model, graph = siblings
-    plan = tf.plan_fusion(graph, "host")
+    # x86_avx2's plan makes the sibling kernel (above); on a calibrated host a 0.8 us
+    # fork-join may not pay for it, which is the planner's call, not this test's
+    plan = tf.plan_fusion(graph, "x86_avx2")
     assert _partition(plan) == [("softmax#0",), SIBLINGS]
     fused = apply_plan(graph, plan)
     func = fused["fused_transpose_transpose1"]
