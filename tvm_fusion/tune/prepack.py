@@ -17,6 +17,8 @@ existed and is applied exactly as before (:func:`resolve_prepack`).
 
 from __future__ import annotations
 
+import re
+
 import tvm
 from tvm import relax
 from tvm.relax.expr import _update_type
@@ -101,8 +103,8 @@ def mark_layout_free(mod: tvm.IRModule) -> tvm.IRModule:
     for gv, func in mod.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
-        flipped = _flipped_params(func)
-        idx = sorted(i for i in free.get(gv.name_hint, ()) if i not in flipped)
+        unsafe = _flipped_params(func) | _sliced_params(func)
+        idx = sorted(i for i in free.get(gv.name_hint, ()) if i not in unsafe)
         if idx:
             out[gv] = func.with_attr(ATTR, idx)
     return out
@@ -138,6 +140,58 @@ def _flipped_params(func: tvm.tirx.PrimFunc) -> set[int]:
         for read in sch.get(block).reads:
             if read.source in index and any(flipped(r.min) for r in read.region):
                 found.add(index[read.source])
+    return found
+
+
+def _sliced_params(func: tvm.tirx.PrimFunc) -> set[int]:
+    """Parameters read by an elementwise block whose result, through single-consumer
+    elementwise blocks, is read by several blocks at different offsets (a split's
+    slices: ``t[.., c]``, ``t[.., c + 384]``, ``t[.., c + 768]``).
+
+    MetaSchedule inlines such a block into each slice, so the parameter is then read at
+    several offsets, and RewriteLayout in TVM 0.27 infers one packed layout from one of
+    those reads and rewrites all of them with it: MiniLM-L3's Q/K/V matmul + bias + split
+    + head transposes read the V and K slices' bias at the Q slice's index, and every
+    candidate failed verification (4.6% off; the kernel ran its default loops, 21x the
+    model's time). Such parameters are left in the model's layout; a block that reduces
+    (the GEMM reading its weight) is never inlined and keeps its weight packed.
+    """
+    index = {p: i for i, p in enumerate(func.params)}  # a read's source is its param
+    sch = tvm.s_tir.Schedule(func)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+    def spatial(block) -> bool:
+        return all(int(iv.iter_type) == 0 for iv in block.iter_vars)
+
+    def starts(block, buf) -> set[str]:
+        """Where ``block`` reads ``buf``, its iteration variables named by position."""
+        names = {iv.var.name: f"v{k}" for k, iv in enumerate(block.iter_vars)}
+        out = set()
+        for read in block.reads:
+            if read.source.same_as(buf):
+                text = str([r.min for r in read.region])
+                for name, pos in names.items():
+                    text = re.sub(rf"\b{re.escape(name)}\b", pos, text)
+                out.add(text)
+        return out
+
+    def fans_out_sliced(block, depth: int = 0) -> bool:
+        if depth > len(blocks):
+            return False
+        for w in block.writes:
+            readers = [b for b in blocks if any(r.source.same_as(w.source) for r in b.reads)]
+            if len(readers) > 1:
+                if len(set().union(*(starts(b, w.source) for b in readers))) > 1:
+                    return True
+            elif readers and spatial(readers[0]) and fans_out_sliced(readers[0], depth + 1):
+                return True
+        return False
+
+    found: set[int] = set()
+    for block in blocks:
+        params = {index[r.source] for r in block.reads if r.source in index}
+        if params and spatial(block) and fans_out_sliced(block):
+            found |= params
     return found
 
 
