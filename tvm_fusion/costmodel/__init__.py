@@ -55,16 +55,12 @@ def make_cost_model(model, hw, *, update_rounds: int = 30):
     return PretrainedCostModel(model, hw, update_rounds=update_rounds)
 
 
-CALIBRATED_HW_FEATURES = ("log2_peak_fp32_flops", "log2_dram_gbs", "clock_ghz",
-                          "log2_ridge_flop_per_byte")
-
-
 def _warn_if_unseen_hardware(model, hw) -> None:
-    from .features import HW_NAMES, hardware_features
+    from .features import CALIBRATED_HW_NAMES, HW_NAMES, hardware_features
 
     # what the hardware is, not its calibrated numbers (peak, bandwidth, clock), which a
     # re-measured description changes for the same machine (targets.CALIBRATED_FIELDS)
-    same = np.array([n not in CALIBRATED_HW_FEATURES for n in HW_NAMES])
+    same = np.array([n not in CALIBRATED_HW_NAMES for n in HW_NAMES])
     seen = np.array(model.meta.get("hardware_rows", []), dtype=np.float64).reshape(
         -1, len(HW_NAMES))[:, same]
     row = hardware_features(hw).astype(np.float64)[same]

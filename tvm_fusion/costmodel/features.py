@@ -38,6 +38,9 @@ HW_NAMES = ("is_gpu", "log2_peak_fp32_flops", "log2_dram_gbs", "compute_units",
             "clock_ghz", "log2_l1_bytes", "log2_l2_bytes", "log2_llc_bytes",
             "log2_shared_bytes", "vector_width_bits", "warp_size", "registers_per_unit",
             "log2_ridge_flop_per_byte")
+# the columns a calibration moves for the same machine (targets.CALIBRATED_FIELDS)
+CALIBRATED_HW_NAMES = ("log2_peak_fp32_flops", "log2_dram_gbs", "clock_ghz",
+                       "log2_ridge_flop_per_byte")
 
 
 def feature_names() -> list[str]:
