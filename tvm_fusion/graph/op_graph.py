@@ -33,6 +33,7 @@ from ..frontend.int_weights import fold_keeping_int_weights
 from .const_divide import LEGALIZE_MAP as _CONST_DIVIDE
 from .conv_transpose import LEGALIZE_MAP as _CONV_TRANSPOSE
 from .fast_erf import LEGALIZE_MAP as _FAST_ERF
+from .fake_quant import fake_quant_in_float
 from .layout import LEGALIZE_MAP as _PACKED_CONV
 from .pad_columns import LEGALIZE_MAP as _PAD_COLUMNS
 from .wide_softmax import LEGALIZE_MAP as _WIDE_SOFTMAX
@@ -141,7 +142,9 @@ class OpGraph:
 
 
 def legalize(mod: tvm.IRModule) -> tvm.IRModule:
-    """Lower every Relax operator to a call_tir of an annotated PrimFunc."""
+    """Lower every Relax operator to a call_tir of an annotated PrimFunc (a quantize
+    read straight back in float first computed in float: :mod:`.fake_quant`)."""
+    mod = fake_quant_in_float(mod)
     seq = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(customize_legalize_map={**_WIDE_SOFTMAX, **_PACKED_CONV,

@@ -63,6 +63,8 @@ _SINGLE = {"relu": "ReLU", "clip": "ReLU6", "sigmoid": "Sigmoid", "tanh": "Tanh"
            "softmax": "Softmax", "layer_norm": "LayerNorm", "max_pool2d": "MaxPool",
            "avg_pool2d": "AvgPool", "reshape": "Reshape", "transpose": "Transpose",
            "quantize": "Requantize", "dequantize": "Dequantize", "cast": "Dequantize",
+           # a quantize read back in float (graph/fake_quant.py): the rounding to the grid
+           "fake_quantize": "Requantize",
            "pad": "Pad", "split": "Split", "layout_transform": "LayoutTransform"}
 _ANCHORS = {"conv1d": "Conv", "conv2d": "Conv", "conv3d": "Conv", "conv2d_NCHWc": "Conv",
             "matmul": "MatMul",

@@ -109,13 +109,16 @@ def register_vnni_intrin() -> str:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:4], B[0:16, 0:4])
             T.writes(C[0:16])
-            a_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+            # the 4 bytes of A as one int32, inline: bound to a name, TVMScript makes
+            # it a local buffer, which the lowering allocated per tile on the workspace
             C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
                 T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
                 C.vload([0], dtype="int32x16"),
-                T.reinterpret(T.broadcast(a_i32, 16), dtype="int8x64"),
+                T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"),
+                                          16), dtype="int8x64"),
                 B.vload([0, 0], dtype="int8x64"),
                 dtype="int32x16")
 
     TensorIntrin.register(VNNI_INTRIN, desc, impl)
     return VNNI_INTRIN
+
