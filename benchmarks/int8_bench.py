@@ -56,12 +56,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds (interleaved)")
     ap.add_argument("--slot-ms", type=float, default=500, help="time per system per round")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--work", type=Path, default=None,
+                    help="working folder (models, logs); again with the same --trials it "
+                         "re-times what it tuned before (default: a new temporary one)")
     args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="int8-bench-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="int8-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models:
         fp32 = zoo.fetch(name)
-        qpath = MODELS[name](name, work)
+        kind = "qdq" if MODELS[name] is int8_models.static_qdq else "dynamic"
+        qpath = work / f"{name}-{kind}.onnx"  # the file int8_models writes
+        if not qpath.exists():  # a re-time keeps the model its logs were tuned for
+            qpath = MODELS[name](name, work)
         shapes = dict(zoo.ZOO[name].shapes)
         m32 = import_model(fp32, shapes)
         m8 = import_model(str(qpath), name=f"{name}-int8")

@@ -136,9 +136,13 @@ def schedule_unmeasured(state: TuneState, cost_model, target: tvm.target.Target,
     # saved re-searching ~30 kernels per step on PP-OCR cls
     slow = state.entry.setdefault("predicted_no_gain", {})
     picks = []
-    for i, task in enumerate(state.tasks):
-        if state.best[i] is not None or task.task_name in slow:
-            continue
+    todo = [i for i, task in enumerate(state.tasks)
+            if state.best[i] is None and task.task_name not in slow]
+    for k, i in enumerate(todo, start=1):
+        task = state.tasks[i]
+        if state.progress is not None:
+            state.progress.note(f"cost-model picks for kernels without a record: {k}/{len(todo)}"
+                                f" {task.task_name[:60]}")
         mod = task.dispatched[0]
         try:
             ranked = rank_candidates(mod, target, cost_model, task_name=task.task_name,

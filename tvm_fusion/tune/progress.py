@@ -47,6 +47,14 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """Say what a stage after the search is doing (on a terminal, in the bar's
+        line; else a line of its own), so minutes of it do not pass in silence."""
+        if not self.enabled:
+            return
+        self.stream.write(f"\r\033[K{text}" if self.tty else f"{text}\n")
+        self.stream.flush()
+
     def close(self) -> None:
         if self.enabled and self.tty:
             self.stream.write("\n")
