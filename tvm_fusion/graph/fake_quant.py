@@ -26,15 +26,7 @@ import tvm
 from tvm import relax, te
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
-_QTYPES = ("int8", "uint8")
-
-
-def _scalar(expr):
-    """The value of a one-element constant, else None."""
-    if not isinstance(expr, tvm.ir.GenericConst) or not isinstance(expr.value, tvm.runtime.Tensor):
-        return None
-    value = expr.value.numpy()
-    return value.reshape(()).item() if value.size == 1 else None
+from .qdq_layout import _QTYPES, _scalar
 
 
 def _fake_quant_func(shape, scale: float, low: float, high: float) -> tvm.tirx.PrimFunc:
