@@ -15,9 +15,11 @@
     larger than the last-level cache, and of one that fits the cores' L2 together (the
     fork-join measured above subtracted from each call).
 ``peak_flops``
-    fp32 and fp64 vector FMA throughput: a TVM kernel per core keeping ``FMA_ACCS``
-    independent vector accumulators in registers (more than FMA latency x pipes), so the
-    FMA pipes, at the clock the cores really run, bound it. A VM's /proc/cpuinfo gives
+    fp32 and fp64 vector FMA throughput: a TVM kernel per core keeping
+    :func:`fma_accumulators` independent vector accumulators in registers (more than FMA
+    latency x pipes, fewer than the register file: 16 on AVX-512's 32 zmm, 12 on AVX2's
+    16 ymm, where 16 spilled and halved the rate, 123 against 236 GFLOP/s on a Zen 2), so
+    the FMA pipes, at the clock the cores really run, bound it. A VM's /proc/cpuinfo gives
     the nominal clock (2.6 GHz on the Zen 4 guests here) while the cores boost past 3.6
     (tuned GEMMs reached 1.4x the peak derived from it), and numpy's GEMM
     (2048^3, OpenBLAS, in a child process with ``OPENBLAS_CORETYPE`` and
@@ -56,6 +58,7 @@ from ..targets import NAME_RE, target_from_dict
 
 CHAIN = 32           # kernels per chain in the call-overhead probes
 FMA_ACCS = 16        # vector accumulators per core in the FMA probe (>= latency x pipes)
+FMA_SPARE = 4        # vector registers the probe leaves for its constants and addresses
 FMA_STEPS = 100_000  # FMAs per accumulator per call
 SMALL = (64, 64)     # their tensors
 GEMM_N = 2048
@@ -144,39 +147,46 @@ def blas_peaks(repeat: int) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _fma_kernel(cores: int, lanes: int, dtype: str):
-    """Per core, ``FMA_ACCS`` x ``lanes`` accumulators each updated ``FMA_STEPS`` times by
+def fma_accumulators(registers: int) -> int:
+    """Accumulators of the FMA probe on a register file of ``registers`` vectors."""
+    return max(1, min(FMA_ACCS, registers - FMA_SPARE))
+
+
+def _fma_kernel(cores: int, lanes: int, dtype: str, accs: int = FMA_ACCS):
+    """Per core, ``accs`` x ``lanes`` accumulators each updated ``FMA_STEPS`` times by
     ``acc * 0.999 + 0.001`` (a fixed point at 1: no denormals, no overflow)."""
     from tvm.script import tirx as T
 
     @T.prim_func
-    def fma(out: T.Buffer((cores, FMA_ACCS, lanes), dtype)):
+    def fma(out: T.Buffer((cores, accs, lanes), dtype)):
         T.func_attr({"global_symbol": "fma", "tir.noalias": True})
         for p in T.parallel(cores):
-            acc = T.alloc_buffer((FMA_ACCS, lanes), dtype, scope="local")
-            for j in T.unroll(FMA_ACCS):
+            acc = T.alloc_buffer((accs, lanes), dtype, scope="local")
+            for j in T.unroll(accs):
                 for v in T.vectorized(lanes):
                     acc[j, v] = T.Cast(dtype, j + 1)
             for _ in T.serial(FMA_STEPS):
-                for j in T.unroll(FMA_ACCS):
+                for j in T.unroll(accs):
                     for v in T.vectorized(lanes):
                         acc[j, v] = acc[j, v] * T.Cast(dtype, 0.999) + T.Cast(dtype, 0.001)
-            for j in T.unroll(FMA_ACCS):
+            for j in T.unroll(accs):
                 for v in T.vectorized(lanes):
                     out[p, j, v] = acc[j, v]
     return fma
 
 
-def fma_peaks(target, *, cores: int, vector_bits: int, repeat: int) -> dict[str, float]:
-    """FLOP/s of fp32 and fp64 vector FMAs on ``cores`` cores (see the module docstring)."""
-    out = {}
+def fma_peaks(target, *, cores: int, vector_bits: int, repeat: int,
+              registers: int = 32) -> dict[str, float]:
+    """FLOP/s of fp32 and fp64 vector FMAs on ``cores`` cores (see the module docstring);
+    ``registers``: the vector register file (:func:`fma_accumulators`)."""
+    out, accs = {}, fma_accumulators(registers)
     for dtype, bits in (("float32", 32), ("float64", 64)):
         lanes = max(vector_bits // bits, 1)
-        lib = tvm.compile(_fma_kernel(cores, lanes, dtype), target=target)
-        buf = tvm.runtime.tensor(np.zeros((cores, FMA_ACCS, lanes), dtype))
+        lib = tvm.compile(_fma_kernel(cores, lanes, dtype, accs), target=target)
+        buf = tvm.runtime.tensor(np.zeros((cores, accs, lanes), dtype))
         best = min(lib.jit().time_evaluator("fma", tvm.cpu(), number=3, repeat=repeat)(buf)
                    .results)
-        out[dtype] = 2 * cores * FMA_ACCS * lanes * FMA_STEPS / best
+        out[dtype] = 2 * cores * accs * lanes * FMA_STEPS / best
     return out
 
 
@@ -216,7 +226,7 @@ def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
     dram = copy_bandwidth(target, big, repeat, fork_join_us=fork_us)
     cache = copy_bandwidth(target, small, max(repeat, 20), fork_join_us=fork_us)
     peaks = fma_peaks(target, cores=base.compute_units, vector_bits=base.vector_width_bits,
-                      repeat=repeat)
+                      repeat=repeat, registers=base.registers_per_unit)
     blas = blas_peaks(repeat)
     doc = base.to_json_dict()
     doc["name"] = name
@@ -235,7 +245,8 @@ def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
         f"written per second, the {fork_us:.2f} us fork-join subtracted")}
     for dtype, key in (("float32", "fp32_vector"), ("float64", "fp64_vector")):
         doc["peak_flops"][key] = {"value": float(f"{peaks[dtype]:.4g}"), "source": (
-            f"{cite}: {dtype} vector FMAs, {FMA_ACCS} register accumulators per core on "
+            f"{cite}: {dtype} vector FMAs, {fma_accumulators(base.registers_per_unit)} "
+            f"register accumulators per core on "
             f"{base.compute_units} cores (numpy's {GEMM_N}^3 GEMM, OpenBLAS with "
             "OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset, reached "
             f"{blas[dtype] / 1e9:.0f} GFLOP/s)")}
