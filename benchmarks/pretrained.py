@@ -66,10 +66,21 @@ def _budgets(text: str) -> list[int]:
 
 
 def default_target() -> str:
-    """``x86_zen4`` where its description ships (the cost model's hardware), else ``host``."""
-    from tvm_fusion import list_targets
+    """``x86_zen4`` where its description ships (the cost model's hardware) and this
+    machine can run its code (its CPU has every feature the description names: a Zen 2
+    has no AVX-512, and an x86_zen4 kernel dies there of an illegal instruction), else
+    ``host``."""
+    from tvm_fusion import list_targets, load_target
 
-    return DEFAULT_TARGET if DEFAULT_TARGET in list_targets() else "host"
+    if DEFAULT_TARGET not in list_targets():
+        return "host"
+    try:
+        flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    except OSError:
+        return "host"
+    wanted = set(load_target(DEFAULT_TARGET).features)
+    return DEFAULT_TARGET if wanted <= flags else "host"
 
 
 def parse_args(argv):

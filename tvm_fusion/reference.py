@@ -44,7 +44,7 @@ def random_inputs(inputs: Sequence[TensorInfo], seed: int = 0) -> list[np.ndarra
 
 
 def run_onnxruntime(onnx_model: onnx.ModelProto, inputs: Sequence[np.ndarray], *,
-                    threads: int | None = None) -> list[np.ndarray]:
+                    threads: int | None = None, optimize: bool = True) -> list[np.ndarray]:
     """Run a model with ONNX Runtime on the CPU.
 
     Parameters
@@ -55,6 +55,12 @@ def run_onnxruntime(onnx_model: onnx.ModelProto, inputs: Sequence[np.ndarray], *
         One array per model input (initializers excluded), in graph input order.
     threads : int, optional
         Intra-op threads; ONNX Runtime's default when None.
+    optimize : bool
+        ONNX Runtime's graph optimizations (default on). Off, a QDQ graph runs op by op
+        (DequantizeLinear, float Conv, QuantizeLinear) instead of as QLinearConv /
+        QLinearMatMul, whose u8 x s8 kernels saturate 16-bit pair sums on x86 CPUs
+        without VNNI (ONNX Runtime's quantization docs): there the unoptimized run is
+        the exact evaluation of the graph.
 
     Returns
     -------
@@ -68,6 +74,8 @@ def run_onnxruntime(onnx_model: onnx.ModelProto, inputs: Sequence[np.ndarray], *
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(onnx_model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
