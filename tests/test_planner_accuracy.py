@@ -29,9 +29,26 @@ def test_shipped_x86_logs_give_one_row_per_measured_kernel(capsys):
     doc = json.loads(lines[-1])
     # the embedded model's 5 kernels, 3 of them with a measured record
     assert doc["kernels"] == len(lines) - 2 == 3
-    assert set(doc) == {"spearman", "median_error", "kernels", "per_model"}
+    assert set(doc) == {"spearman", "median_error", "kernels", "per_model", "per_class"}
+    assert sum(c["kernels"] for c in doc["per_class"]) == 3
+    assert {c["class"] for c in doc["per_class"]} <= set(pa.OP_CLASSES)
     assert doc["median_error"] >= 1.0 and -1.0 <= doc["spearman"] <= 1.0
     assert all(" x86_zen4 " in line for line in lines[1:-1])
+
+
+def test_per_class_table_and_the_goal_by_hand():
+    rows = [{"class": "conv", "pred_us": 100.0, "meas_us": 80.0, "ratio": 1.25},
+            {"class": "conv", "pred_us": 10.0, "meas_us": 12.0, "ratio": 1.2},
+            {"class": "elementwise/memory", "pred_us": 1.0, "meas_us": 3.0, "ratio": 3.0}]
+    [conv, elem] = pa.class_table(rows)
+    assert conv["class"] == "conv" and conv["kernels"] == 2
+    assert conv["median_error"] == pytest.approx(1.225) and conv["spearman"] == 1.0
+    assert elem["p90_error"] == 3.0
+    # median 1.25, Spearman 1, the one kernel over 10% of 95 us within 2x: the goal holds
+    g = pa.goal(rows)
+    assert g["goal"] and g["big_kernels"] == 2 and g["worst_big_error"] == 1.25
+    rows[0] = {**rows[0], "pred_us": 200.0, "ratio": 2.5}  # the big kernel 2.5x off
+    assert not pa.goal(rows)["goal"]
 
 
 def test_a_directory_without_logs_is_exit_2(tmp_path, capsys):
