@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import compile_model, load_module, logtools, plan_fusion, tune
+from . import compile_model, load_module, logtools, tune
 from .costmodel import cli as cost_model_cli
 from .data import shipped_logs_dir
 from .demo import run_demo
@@ -24,11 +24,12 @@ from .deploy.build import check_output_path
 from .errors import TvmFusionError
 from .frontend.consts import apply_consts, parse_const
 from .gpu.precision import apply_precision
+from .gpu.resources import RESOURCE_MODES, plan_resources
 from .model_spec import load_model_spec
 from .offline import cli as offline_cli
-from .plan import COMBINE_MODES, LAYOUTS, plan_model
+from .plan import COMBINE_MODES, LAYOUTS, make_plan, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
-from .targets import format_targets_table, list_targets, load_target
+from .targets import as_target, format_targets_table, list_targets, load_target
 from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -101,6 +102,17 @@ def _add_layout_arg(p: argparse.ArgumentParser) -> None:
                         "on, off. A plan stored in the logs keeps its own")
 
 
+def _add_resources_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resources", choices=RESOURCE_MODES, default="auto",
+                   help="GPU targets: where each kernel's registers and shared memory / "
+                        "LDS come from. auto (default): compile every planned kernel "
+                        "(nvcc's ptxas for CUDA, TVM's AMDGPU backend for gfx90a) when the "
+                        "compiler is here, re-plan with what it allocated, and say so in "
+                        "each reason; else the planner's estimates. compiled: the same, "
+                        "and an error when the compiler is missing. estimated: plan with "
+                        "the estimates only (fastest)")
+
+
 def _add_prepack_flag(p, help_text: str) -> None:
     p.add_argument("--prepack", action=argparse.BooleanOptionalAction, default=None,
                    help=help_text)
@@ -156,14 +168,25 @@ def cmd_plan(args) -> int:
         graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
                                  combine=args.combine, group_model=group_model,
                                  progress=stages)
+        if args.resources != "estimated":
+            stages(f"compiling {len(plan.groups)} kernels to read their registers")
+        plan, resources = plan_resources(graph, args.target, plan, mode=args.resources,
+                                         planner=args.planner, group_model=group_model)
         if args.planner != "fuseops":
             stages("planning TVM FuseOps' partition to compare")
-            base = plan_fusion(graph, args.target, planner="fuseops", group_model=group_model)
+            base = make_plan(graph, as_target(args.target), "fuseops", group_model=group_model,
+                             compiled=resources.compiled if resources else None)
     finally:
         stages.close()
     if model.simplified is not None:
         print(model.simplified.summary())
     print(plan.summary())
+    said = [n for n in plan.notes if n.startswith("kernel resources")]
+    if resources is not None:
+        print()
+        print(resources.summary())
+    if said:
+        print(said[-1])
     if args.planner != "fuseops":
         diff = plan.differences(base)
         print(f"\ndifferences from TVM FuseOps' rules ({base.est_us:.1f} us predicted, "
@@ -194,7 +217,7 @@ def cmd_tune(args) -> int:
                   group_model=cost_model_cli.group_model_of(args.group_model),
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
                   measure="none" if args.dry_run else "device", layout=args.layout,
-                  prepack=args.prepack, combine=args.combine)
+                  prepack=args.prepack, combine=args.combine, resources=args.resources)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -240,7 +263,8 @@ def cmd_compile(args) -> int:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
     compiled = compile_model(model, args.target, logs=logs,
                              allow_other_target=args.allow_other_target, layout=args.layout,
-                             prepack=args.prepack, combine=args.combine)
+                             prepack=args.prepack, combine=args.combine,
+                             resources=args.resources)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
     unmeasured = compiled.info.get("predicted_unmeasured", [])
@@ -428,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "softmax#21 (as printed in the plan JSON's 'ops'), a node id, or "
                          "an op name (every node of that op)")
     _add_layout_arg(pl)
+    _add_resources_arg(pl)
     cost_model_cli.add_group_model_flag(pl)
     pl.add_argument("--quiet", action="store_true",
                     help="say nothing on stderr while planning (by default each stage is "
@@ -471,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost_model_cli.add_tune_flag(tu)
     cost_model_cli.add_group_model_flag(tu)
     _add_layout_arg(tu)
+    _add_resources_arg(tu)
     _add_prepack_flag(tu, "let each CPU kernel read its constant weights in the layout its "
                       "schedule wants, packed once at compile (default on for CPU targets, "
                       "off for GPUs; a model already in the logs keeps its setting). "
@@ -493,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, metavar="OUT.so",
                    help="library to write (OUT.so.json describing it is written beside it)")
     _add_layout_arg(c)
+    _add_resources_arg(c)
     _add_prepack_flag(c, "pack the weights of kernels tuned with prepacking (default: the "
                       "setting the model was tuned with; on for CPUs without logs)")
     c.set_defaults(func=cmd_compile)

@@ -51,6 +51,11 @@ NVCC = Knob(
     name="TVM_FUSION_NVCC", default=None,
     meaning="path of nvcc for the CUDA resource checks; unset: nvcc on PATH, else "
             "/usr/local/cuda/bin/nvcc")
+ROCM_PATH = Knob(
+    name="ROCM_PATH", default=None,
+    meaning="a ROCm installation whose amdgcn/bitcode and llvm/bin/ld.lld link gfx90a code "
+            "objects (TVM's own variable); unset: /opt/rocm, then Debian's rocm-device-libs "
+            "and lld-19")
 NB_TRIALS = Knob(
     name="TVM_FUSION_NB_TRIALS", default="64",
     meaning="tuning budget of the notebooks (the tests run them with 8)")
@@ -62,8 +67,8 @@ NB_POPULATION = Knob(
     meaning="population of the stock MetaSchedule search in the second notebook "
             "(MetaSchedule's default; tests: 16)")
 
-KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC, NB_TRIALS,
-                           NB_ROUNDS, NB_POPULATION)
+KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC, ROCM_PATH,
+                           NB_TRIALS, NB_ROUNDS, NB_POPULATION)
 
 
 # How many threads TVM's runtime runs a parallel kernel on: every core, not half.

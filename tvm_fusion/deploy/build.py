@@ -26,6 +26,7 @@ from tvm import relax
 from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
 from ..gpu.limits import raise_on_violations
+from ..gpu.resources import plan_resources
 from ..gpu.rocm import require_rocm_build
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
@@ -216,7 +217,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
                   planner: str = "cost", allow_other_target: bool = False,
                   layout: str = "auto", prepack: bool | None = None,
-                  combine: str = "auto") -> CompiledModel:
+                  combine: str = "auto", resources: str = "auto") -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -238,6 +239,11 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     combine : str
         Parallel matmuls (Q/K/V) of a fresh plan: ``auto``, ``on``, ``off``
         (:mod:`~tvm_fusion.plan.combine`); a stored or given plan keeps its own.
+    resources : str
+        GPU targets, a fresh plan: ``auto`` (default) re-plans with the registers and
+        shared memory the compiler allocates for each kernel where it is here (nvcc;
+        the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
+        (:func:`tvm_fusion.gpu.resources.plan_resources`).
     prepack : bool, optional
         Apply records of kernels tuned with prepacked weights, and pack those weights
         into the module at build (see :func:`~tvm_fusion.tune`). Default: what the
@@ -267,6 +273,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
         graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine)
+        plan, _ = plan_resources(graph, hw, plan, mode=resources, planner=planner)
     else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
     if hw.family != "cpu":

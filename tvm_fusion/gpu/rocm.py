@@ -64,6 +64,13 @@ def require_rocm_build(hw) -> None:
                    "USE_ROCM=ON"))
     have.append("ROCm installation ($ROCM_PATH, hipcc on PATH or /opt/rocm): "
                 + (sup.rocm_path or "MISSING"))
+    from .amdgpu import APT_LINE, find_toolchain  # a sibling building block
+
+    missing = find_toolchain().missing
+    have.append("gfx90a code-object linking (device bitcode, ld.lld 17+): "
+                + ("present: `tvm-fusion plan MODEL --target mi250x` compiles every kernel "
+                   "and reads its registers and LDS" if not missing
+                   else f"MISSING ({APT_LINE})"))
     raise TargetError(
         f"cannot build for {hw.name} ({hw.tvm_config.get('kind')} "
         f"{hw.tvm_config.get('mcpu', '')}) with this TVM {tvm.__version__}:\n  "

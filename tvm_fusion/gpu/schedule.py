@@ -60,8 +60,8 @@ def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
-                         ) -> tvm.IRModule:
+def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, *,
+                         rules_used: dict | None = None) -> tvm.IRModule:
     """Apply dlight's default GPU rules to every unscheduled PrimFunc of ``mod``.
 
     The rules are tried in dlight's order (Matmul, GEMV, Reduction, GeneralReduction,
@@ -72,7 +72,8 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
     (a HardwareTarget), a schedule that breaks its limits (dlight binds 3 x 16 threads
     to a 1 x 3 matmul output: a partial warp) or does not lower is passed over for the
     next rule's too; when every rule's is, the first one is kept and the caller's check
-    names the kernel.
+    names the kernel. ``rules_used``, when given, is filled with each scheduled
+    PrimFunc's name -> the rule's class name (``Matmul``, ``Fallback`` ...).
     """
     if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
@@ -84,7 +85,7 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
         for gv, func in mod.functions.items():
             if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
                 continue
-            first = None
+            first = None  # (schedule, rule name)
             for rule in rules:
                 try:
                     sch = rule.apply(func, target, False)
@@ -94,14 +95,18 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None
                     continue
                 sch = sch[0] if isinstance(sch, (list, tuple)) else sch
                 scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                first = first or scheduled
+                first = first or (scheduled, type(rule).__name__)
                 # dlight's Matmul rule leaves a padded reindex buffer undefined in some
                 # fused transformer matmuls: such a schedule does not lower.
                 if hw is None or not check_func(scheduled, gv.name_hint, target, hw):
                     updated[gv] = scheduled
+                    if rules_used is not None:
+                        rules_used[gv.name_hint] = type(rule).__name__
                     break
             if gv not in updated and first is not None:
-                updated[gv] = first
+                updated[gv] = first[0]
+                if rules_used is not None:
+                    rules_used[gv.name_hint] = first[1]
     if not updated:
         return mod
     funcs = dict(mod.functions.items())

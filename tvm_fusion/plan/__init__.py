@@ -19,14 +19,23 @@ from .layout import LAYOUTS, choose_layout, graph_in_layout
 PLANNERS = ("fuseops", "cost")
 
 
-def make_plan(graph, hw, planner: str = "cost", *, group_model=None) -> FusionPlan:
+def make_plan(graph, hw, planner: str = "cost", *, group_model=None,
+              compiled=None) -> FusionPlan:
     """Plan ``graph`` on hardware ``hw`` with the named planner (see :data:`PLANNERS`).
 
     ``group_model``: a learned group-latency model (anything with ``cost_model(graph, hw)``
     returning the planner's cost seam, e.g. :class:`tvm_fusion.costmodel.group_model.
-    GroupModel`) that prices the groups; None: the analytical model.
+    GroupModel`) that prices the groups; None: the analytical model. ``compiled``: GPU
+    groups' kernel resources as a compiler allocated them (frozenset of node ids ->
+    :class:`~.gpu_resources.GpuResources`, from :func:`tvm_fusion.gpu.resources.
+    compiled_resources`), which replace the analytical model's estimates.
     """
-    cost_model = group_model.cost_model(graph, hw) if group_model is not None else None
+    if group_model is not None:
+        cost_model = group_model.cost_model(graph, hw)
+    elif compiled:
+        cost_model = AnalyticalCostModel(graph, hw, compiled=compiled)
+    else:
+        cost_model = None
     if planner == "fuseops":
         plan = describe_plan(graph, hw, plan_fuseops(graph, hw), cost_model=cost_model)
     elif planner == "cost":

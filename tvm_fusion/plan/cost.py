@@ -77,15 +77,17 @@ predicted, source="xgboost")``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..graph import OpGraph
 from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak, is_int8, reaches_int8_unit
-from .op_info import OpInfo, graph_info
+from .gpu_resources import GPU_REGISTER_TOLERANCE, GpuResources, _is_conv, gpu_resources  # noqa: F401
+from .op_info import OpInfo, graph_info, tvm_bits
 
 ELEM_TILE = 256    # elements per independent tile of an elementwise op (one 256-thread block)
 GEMM_TILE = 4096   # output elements per GEMM/conv tile (64 x 64)
@@ -118,6 +120,7 @@ class GroupCost:
     occupancy: float = 1.0
     waves: int = 1
     latency_hiding: float = 1.0
+    resources: GpuResources | None = None  # the GPU kernel's, estimated or compiled
 
     @property
     def fits(self) -> bool:
@@ -257,8 +260,12 @@ def _reduction(model, nid, members, terms):
 class AnalyticalCostModel:
     """Cost of any group of ``graph``'s nodes on ``hw`` (see the module docstring)."""
 
-    def __init__(self, graph: OpGraph, hw, infos: tuple[OpInfo, ...] | None = None):
+    def __init__(self, graph: OpGraph, hw, infos: tuple[OpInfo, ...] | None = None, *,
+                 compiled: Mapping[frozenset, GpuResources] | None = None):
         self.graph, self.hw = graph, hw
+        # a GPU group's kernel as a compiler allocated it: wins over gpu_resources'
+        # estimate (tvm_fusion.gpu.resources builds them)
+        self.compiled = dict(compiled or {})
         self.infos = infos if infos is not None else graph_info(graph)
         self.users = graph.consumers()
         self.outputs = set(graph.outputs)
@@ -333,9 +340,19 @@ class AnalyticalCostModel:
     def gpu_resources(self, nodes: Iterable[int]) -> "GpuResources":
         """Predicted registers, shared memory and threads of the group's GPU kernel(s).
 
-        See :func:`gpu_resources` (the schedule it assumes and how far to trust it).
+        See :func:`gpu_resources` (the schedule it assumes and how far to trust it). A
+        group in ``compiled`` gets the compiler's numbers and the rule that scheduled it,
+        with the estimate's kept as ``estimated_registers`` / ``estimated_schedule``.
         """
-        return gpu_resources(self, nodes)
+        members = frozenset(nodes)
+        est = gpu_resources(self, members)
+        built = self.compiled.get(members)
+        if built is None:
+            return est
+        schedule = est.schedule if built.schedule == "compiled" else built.schedule
+        return dataclasses.replace(built, schedule=schedule,
+                                   estimated_registers=est.registers_per_thread,
+                                   estimated_schedule=est.schedule)
 
     def external_in(self, nid: int, members) -> int:
         """Bytes ``nid`` reads from outside ``members``."""
@@ -421,8 +438,9 @@ class AnalyticalCostModel:
 
     def _gpu_tiles(self, members, res, tiles: int) -> int:
         """Thread blocks of dlight's schedule of the group (:mod:`.gpu_terms`)."""
-        if res.schedule in ("gemm", "gemm-tensorcore"):
-            (nid,) = [n for n in members if self.infos[n].role == "contraction"]
+        contractions = [n for n in members if self.infos[n].role == "contraction"]
+        if res.schedule in ("gemm", "gemm-tensorcore") and len(contractions) == 1:
+            nid = contractions[0]
             node = self.graph.nodes[nid]
             shape = [max(int(d), 1) for d in node.shape] or [1]
             if _is_conv(node):
@@ -430,7 +448,7 @@ class AnalyticalCostModel:
                 return gemm_tiles(1, self.infos[nid].out_elems // cols, cols, res.schedule)
             rows = shape[-2] if len(shape) >= 2 else 1
             return gemm_tiles(math.prod(shape[:-2]), rows, shape[-1], res.schedule)
-        if res.schedule == "elementwise":
+        if res.schedule in ("elementwise", "gemm", "gemm-tensorcore"):
             return max(math.ceil(self.infos[n].out_elems / res.threads_per_block)
                        for n in members)
         if res.schedule == "reduction":  # one block per row; prologues are inlined
@@ -466,14 +484,20 @@ class AnalyticalCostModel:
         if hw.family == "cpu":
             frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
         else:
-            res = gpu_resources(self, members)
+            res = self.gpu_resources(members)
             dynamic = res.schedule == "gemm-tensorcore"
             tiles = self._gpu_tiles(members, res, terms.tiles)
+            if res.source:  # compiled: every kernel the group really became is launched
+                launch_us = hw.launch_overhead_us * max(res.kernels, 1)
+            if res.spill_bytes:  # spilled registers go to local memory and come back
+                dram += 2 * res.spill_bytes * res.threads_per_block * tiles
+                memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
             occ = occupancy(hw, res, tiles)
             busy = max(compute_us / occ.quantization, memory_us / occ.memory_fraction)
             frac = max(compute_us, memory_us) / busy if busy > 0 else 1.0
             gpu = dict(blocks_per_unit=occ.blocks_per_unit, occupancy=occ.occupancy,
-                       waves=occ.waves, latency_hiding=occ.latency_hiding)
+                       waves=occ.waves, latency_hiding=occ.latency_hiding,
+                       resources=res)
         cost = GroupCost(
             nodes=tuple(sorted(members)), flops=terms.flops + terms.recompute_flops,
             recompute_flops=terms.recompute_flops, dram_bytes=dram,
@@ -484,168 +508,6 @@ class AnalyticalCostModel:
             **gpu)
         self._cache[key] = cost
         return cost
-
-
-# ---- GPU kernel resources ---------------------------------------------------------
-# The default GPU schedule of an untuned kernel is dlight's (tvm.s_tir.dlight.gpu: Matmul,
-# GEMV, Reduction, GeneralReduction, Fallback); these constants mirror its CUDA configs.
-DLIGHT_GEMM_BLOCK = (16, 8)      # threads (y, x) of dlight's Matmul rule on cuda/rocm
-DLIGHT_GEMM_MICRO = (4, 4, 16)   # per-thread micro tile (y, x) and the k step
-DLIGHT_GEMM_PAD = 2              # storage_align offset (the vector size) on each row
-DLIGHT_REDUCE_THREADS = 256      # dlight's GEMV / GeneralReduction block size on cuda
-WMMA_MIN_EXTENT = 64             # dlight tensorizes only when every extent is > 64
-WMMA_BLOCK = (16, 32)            # dlight's WMMA path: 16 warps (threadIdx.y) x 32 lanes
-WMMA_TILE = (128, 128, 64)       # block tile M, N, K: 2 x 4 wmma 16x16x16 per dim, 4 k steps
-WMMA_PAD = 8                     # storage_align offset of each staged row (fp16 elements)
-WMMA_STAGES = 2                  # its software pipeline double-buffers A and B
-# Registers per thread: calibrated on nvcc 13.0's ptxas for sm_80 and sm_90 against the
-# kernels of the embedded model and MiniLM-L3 (tests/test_gpu.py re-checks them):
-# simt GEMM 56-72 (16 accumulators, 2 x 8 operand values, addressing), WMMA GEMM 116
-# (4 accumulator fragments of 8 fp32, operand fragments), reductions 15-28, elementwise
-# Fallback 8-32, the plain-loop kernels of a split group 8-64. Registers depend on
-# ptxas, not only on the schedule: the exact-schedule classes carry a tolerance
-# (GPU_REGISTER_TOLERANCE), the Fallback ones are upper bounds.
-GEMM_REGISTERS = 64
-WMMA_REGISTERS = 112
-REDUCE_REGISTERS = 24
-FALLBACK_REGISTERS = 32          # an upper bound: plain elementwise loops use 8-32
-SPLIT_REGISTERS = 64             # an upper bound: a plain-loop GEMM stage uses up to 64
-GPU_REGISTER_TOLERANCE = 16      # |nvcc - estimate| registers, for exact-schedule classes
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuResources:
-    """Predicted resources of a group's kernel under dlight's default GPU schedule.
-
-    Attributes
-    ----------
-    schedule : str
-        ``gemm`` (dlight Matmul, SIMT), ``gemm-tensorcore`` (dlight's WMMA path: fp16
-        operands, every extent > 64, sm_70+), ``reduction`` (GEMV / Reduction /
-        GeneralReduction: one block per row), ``elementwise`` (Fallback) or ``split``:
-        dlight has no rule for the fused group (a contraction with a reduction epilogue,
-        two contractions), so Fallback emits one plain kernel per stage and the fusion the
-        planner counted on is lost unless a tuned schedule replaces it.
-    kernels : int
-        Kernels the default schedule launches (``split``: at least this many).
-    threads_per_block, registers_per_thread, shared_bytes : int
-        Per kernel. ``shared_bytes`` is exact for ``gemm``; for ``reduction`` an upper
-        bound (staging per warp, 64-byte aligned arrays).
-    """
-
-    schedule: str
-    kernels: int
-    threads_per_block: int
-    registers_per_thread: int
-    shared_bytes: int
-
-    @property
-    def registers_per_block(self) -> int:
-        """Registers one block holds."""
-        return self.registers_per_thread * self.threads_per_block
-
-
-def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuResources:
-    """Registers, shared memory and threads per block of a group on a GPU target.
-
-    The group is classified as dlight's default rules would schedule its fused PrimFunc
-    (module constants above). A contraction with out rows M = prod(shape[:-1]) > 1
-    and nothing else reducing is dlight's tiled Matmul: 128 threads, each a 4 x 4 micro
-    tile; shared memory holds a 64 x 16 tile of A and a 32 x 16 tile of B, rows padded by
-    the vector size: ``(64 + 32) * (16 + 2) * operand bytes`` (6912 B in fp32). Tensor
-    cores (fp16 operands, M, N, K > 64, cuda sm_70+): dlight's WMMA path, 512 threads,
-    a 128 x 128 block tile, k step 64, A and B staged in fp16 with 8-element row padding
-    and double-buffered: ``2 * (128 + 128) * (64 + 8) * 2`` bytes (72 KB, dynamic shared
-    memory: above the 48 KB static limit, within A100's 163 KB opt-in).
-    A GEMV (M = 1) or row reduction: 256 threads (a single-pass sum or mean over the
-    innermost axes: dlight's Reduction rule, up to 1024 on cuda), one partial sum per
-    thread in shared memory at most (``threads * 4`` B). Elementwise: the target's max
-    threads, no shared memory. Anything else is ``split`` (see :class:`GpuResources`).
-    """
-    hw = model.hw
-    members = sorted(set(nodes))
-    roles = [model.infos[n].role for n in members]
-    # a contraction with one output row (a GEMV: M = 1) is a row reduction to dlight
-    contractions = [n for n, r in zip(members, roles)
-                    if r == "contraction" and _contraction_rows(model, n) > 1]
-    reductions = [n for n, r in zip(members, roles)
-                  if r == "reduction" or (r == "contraction" and n not in contractions)]
-    max_threads = int(hw.tvm_config.get("max_threads_per_block", hw.max_threads_per_block))
-    if not contractions and not reductions:
-        return GpuResources(schedule="elementwise", kernels=1, threads_per_block=max_threads,
-                            registers_per_thread=FALLBACK_REGISTERS, shared_bytes=0)
-    if contractions and (len(contractions) > 1 or reductions):
-        passes = sum(max(model.infos[n].passes, 1) for n in reductions)
-        return GpuResources(schedule="split", kernels=len(contractions) + passes + 1,
-                            threads_per_block=max_threads,
-                            registers_per_thread=SPLIT_REGISTERS, shared_bytes=0)
-    if reductions:
-        threads = _inner_reduction_threads(model, reductions, hw) or DLIGHT_REDUCE_THREADS
-        return GpuResources(schedule="reduction", kernels=1, threads_per_block=threads,
-                            registers_per_thread=REDUCE_REGISTERS, shared_bytes=threads * 4)
-    nid = contractions[0]
-    node, info = model.graph.nodes[nid], model.infos[nid]
-    shape = [int(d) for d in node.shape] or [1]
-    conv = _is_conv(node)
-    n_out = shape[1] if conv else shape[-1]
-    rows = _contraction_rows(model, nid)
-    dtype = model.operand_dtype(nid)
-    arch = str(hw.tvm_config.get("arch", ""))
-    sm = int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
-    i_ext = rows if conv or len(shape) < 2 else shape[-2]
-    if (dtype == "float16" and sm >= 70
-            and min(i_ext, n_out, info.reduce_len) > WMMA_MIN_EXTENT):
-        (ty, tx), (bm, bn, bk), pad, stages = WMMA_BLOCK, WMMA_TILE, WMMA_PAD, WMMA_STAGES
-        return GpuResources(schedule="gemm-tensorcore", kernels=1, threads_per_block=ty * tx,
-                            registers_per_thread=WMMA_REGISTERS,
-                            shared_bytes=stages * (bm + bn) * (bk + pad) * 2)
-    by, bx = DLIGHT_GEMM_BLOCK
-    my, mx, mk = DLIGHT_GEMM_MICRO
-    nbytes = max(tvm_bits(dtype) // 8, 1)
-    return GpuResources(schedule="gemm", kernels=1, threads_per_block=by * bx,
-                        registers_per_thread=GEMM_REGISTERS,
-                        shared_bytes=(by * my + bx * mx) * (mk + DLIGHT_GEMM_PAD) * nbytes)
-
-
-def _inner_reduction_threads(model, reductions, hw) -> int | None:
-    """Threads of dlight's Reduction rule for one single-pass reduction over the
-    innermost axes of a computed tensor (a sum, a mean): the largest power of two up to
-    the row length and 1024 (cuda) or 256 (rocm), as its suggest_threads_per_block
-    gives; None for the other cases (GEMV, softmax, layer norm: 256 threads)."""
-    if len(reductions) != 1:
-        return None
-    nid = reductions[0]
-    info, node = model.infos[nid], model.graph.nodes[nid]
-    if info.role != "reduction" or info.passes != 1 or not node.inputs:
-        return None
-    trailing = 1
-    for dim in reversed(model.graph.nodes[node.inputs[0]].shape):
-        if trailing >= info.reduce_len:
-            break
-        trailing *= int(dim)
-    if trailing != info.reduce_len:  # reduces an outer axis: another dlight schedule
-        return None
-    cap = 1024 if hw.family == "cuda" else 256
-    return 1 << (min(info.reduce_len, cap).bit_length() - 1)
-
-
-def _is_conv(node) -> bool:
-    return node.op.startswith("conv") and len(node.shape) >= 3
-
-
-def _contraction_rows(model, nid: int) -> int:
-    """Output rows of a contraction as dlight normalizes it to C[batch, I, J]: J is a
-    conv's output channels (NCHW) or a matmul's last dim, the rows are the rest."""
-    node = model.graph.nodes[nid]
-    shape = [int(d) for d in node.shape] or [1]
-    n_out = shape[1] if _is_conv(node) else shape[-1]
-    return model.infos[nid].out_elems // max(n_out, 1)
-
-
-def tvm_bits(dtype: str) -> int:
-    """Bits of one element of ``dtype`` (``float16`` -> 16)."""
-    digits = "".join(c for c in dtype if c.isdigit())
-    return int(digits) if digits else 32
 
 
 def group_traffic(graph: OpGraph, nodes: Iterable[int]) -> tuple[float, int]:

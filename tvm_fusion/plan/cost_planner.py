@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 from ..graph import OpGraph
@@ -391,7 +392,10 @@ class CostPlanner:
             names = self._names(nodes)
             if len(nodes) > 1:
                 term, text = explain_terms(fused, parts, accepted=True)
-                reason = (f"fused: {fused.total_us:.2f} us as one kernel vs {unfused:.2f} us "
+                built = fused.resources.kernels if fused.resources is not None and \
+                    fused.resources.source else 1
+                one = "one kernel" if built == 1 else f"one group ({built} kernels compiled)"
+                reason = (f"fused: {fused.total_us:.2f} us as {one} vs {unfused:.2f} us "
                           f"as {len(nodes)}; {text}")
                 shared = self.shared_us(fused, parts)
                 if abs(unfused - fused.total_us) <= self.margin_us(unfused, shared):
@@ -420,6 +424,8 @@ class CostPlanner:
                 reason = ("alone: " + "; ".join(
                     f"with {', '.join(o for o in r.ops if o != names[0])}: {r.reason}"
                     for r in near[:2])) if near else "alone: no operator to fuse with"
+            if len(nodes) == 1 and resources_note(fused):
+                reason += f"; {resources_note(fused)}"
             for d in mine:
                 reason += f"; {d.note(self.graph)}"
             if fused.source != "analytical":  # a learned model priced it (or declined)
@@ -468,8 +474,32 @@ def explain_terms(fused: GroupCost, parts: list[GroupCost], *, accepted: bool):
     elif fused.parallel_fraction < 1:
         notes.append(f"{fused.tiles} tiles on {round(fused.tiles / fused.parallel_fraction)} "
                      "units")
+    built = resources_note(fused, occupancy=not (fused.parallel_fraction < 1))
+    if built:
+        notes.append(built)
     text = f"decided by {term} (saving per term: {text or 'none'})"
     return term, text + ("; " + "; ".join(notes) if notes else "")
+
+
+def resources_note(cost: GroupCost, *, occupancy: bool = True) -> str:
+    """What a compiler allocated for the kernel of ``cost`` (and, with ``occupancy``, the
+    blocks per unit that allows), against the estimate; "" where the numbers are the
+    estimate's (:mod:`.gpu_resources`)."""
+    res = cost.resources
+    if res is None or not res.source:
+        return ""
+    amd = res.source.startswith("gfx")
+    unit, mem, where = ("VGPRs per lane", "LDS", "CU") if amd else (
+        "registers per thread", "shared", "SM")
+    est = ("as estimated" if res.estimated_registers == res.registers_per_thread
+           else f"estimated {res.estimated_registers}")
+    text = (f"compiled ({res.source}): {res.registers_per_thread} {unit} ({est}), "
+            f"{res.shared_bytes} B {mem}, {res.threads_per_block} threads")
+    if res.spill_bytes:
+        text += f", {res.spill_bytes} B per thread spilled"
+    if occupancy:
+        text += f": {cost.blocks_per_unit} blocks per {where}, occupancy {cost.occupancy:.0%}"
+    return text
 
 
 def plan_cost(graph: OpGraph, hw, *, cost_model=None) -> FusionPlan:
@@ -484,6 +514,16 @@ def plan_cost(graph: OpGraph, hw, *, cost_model=None) -> FusionPlan:
         (the seam where a learned model's prediction replaces it).
     """
     return CostPlanner(graph, hw, cost_model=cost_model).plan()
+
+
+def describe_groups(graph: OpGraph, hw, plan: FusionPlan, *, cost_model=None) -> FusionPlan:
+    """``plan`` with every group's predicted time and reason given afresh by
+    ``cost_model`` (as :func:`plan_cost`), its partition kept: e.g. once a compiler has
+    reported what its kernels hold (:mod:`tvm_fusion.gpu.resources`)."""
+    planner = CostPlanner(graph, hw, cost_model=cost_model)
+    planner.gg = GroupGraph(graph, [g.nodes for g in plan.groups])
+    described = planner.describe(planner=plan.planner)
+    return dataclasses.replace(plan, groups=described.groups)
 
 
 def describe_plan(graph: OpGraph, hw, plan: FusionPlan, *, cost_model=None) -> FusionPlan:

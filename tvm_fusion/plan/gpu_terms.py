@@ -11,9 +11,16 @@ default schedule of it) and ``hw_targets/<name>.json``:
     (Fallback): one block per ``threads_per_block`` outputs (1024 on cuda, 256 on
     TVM's rocm target).
 ``blocks_per_unit`` (resident blocks per SM / CU)
-    ``min(max_threads_per_unit // threads, registers_per_unit // (registers per
-    thread * threads), shared_memory_bytes_per_unit // shared bytes per block,
-    MAX_BLOCKS_PER_UNIT)``; ``occupancy`` = resident threads / ``max_threads_per_unit``.
+    The vendors' occupancy rules, allocation granules included. CUDA (the CUDA
+    occupancy calculator, cc 8.0 / 9.0): registers go to whole warps in units of 256,
+    so ``registers_per_unit // (ceil(regs * 32 / 256) * 256)`` warps fit; shared memory
+    per block is rounded up to 128 B after the 1 KB the driver reserves per block; at
+    most 32 blocks and ``max_threads_per_unit`` threads. CDNA2 (gfx90a, LLVM AMDGPU's
+    ``getNumWavesPerEUWithNumVGPRs`` / ``getOccupancyWithLocalMemSize``): each SIMD holds
+    ``min(8, 512 // align(vgprs, 8))`` waves (VGPRs and AGPRs share its 512 per lane,
+    ``vgprs = align(arch VGPRs, 4) + AGPRs``), a block's waves are spread over the CU's 4
+    SIMDs, LDS admits ``65536 // lds`` blocks, and at most 16 blocks of more than one
+    wave (the CU's barriers). ``occupancy`` = resident threads / ``max_threads_per_unit``.
 ``waves``
     ``ceil(tiles / (compute_units * blocks_per_unit))``. ``quantization`` =
     ``tiles / (waves * compute_units * per_unit)`` where ``per_unit`` =
@@ -38,6 +45,14 @@ import math
 from dataclasses import dataclass
 
 MAX_BLOCKS_PER_UNIT = 32  # CUDA Programming Guide cc 8.0/9.0: 32 resident blocks per SM
+CUDA_REGISTER_UNIT = 256    # registers per warp are allocated in units of 256 (cc 5.0-9.0)
+CUDA_SHARED_UNIT = 128      # shared memory per block is allocated in units of 128 B
+CUDA_SHARED_RESERVED = 1024  # and the driver reserves 1 KB of it per block (cc 8.0+)
+CDNA_SIMDS = 4              # SIMDs per CU (AMD CDNA 2 ISA)
+CDNA_WAVES_PER_SIMD = 8     # gfx90a (LLVM AMDGPU getMaxWavesPerEU)
+CDNA_VGPRS = 512            # per lane per SIMD, arch VGPRs + AGPRs unified on gfx90a
+CDNA_VGPR_GRANULE = 8       # gfx90a allocates VGPRs in blocks of 8 (getVGPRAllocGranule)
+CDNA_MAX_GROUPS = 16        # workgroups of 2+ waves per CU: 16 barriers (getMaxWorkGroupsPerCU)
 # DRAM load latency under load: ~470 cycles at 1.4 GHz on A100 by microbenchmarks
 # (Jia et al. style pointer chasing; "Dissecting the NVIDIA Ampere GPU", 2021); an
 # estimate that the accuracy benchmark (benchmarks/planner_accuracy.py) checks.
@@ -70,12 +85,47 @@ def gemm_tiles(batch: int, rows: int, cols: int, schedule: str) -> int:
     return max(batch, 1) * math.ceil(max(rows, 1) / ti) * math.ceil(max(cols, 1) / tj)
 
 
+def _align(n: int, unit: int) -> int:
+    return -(-int(n) // unit) * unit
+
+
 def blocks_per_unit(hw, res) -> int:
-    """Blocks of ``res`` (a :class:`~.cost.GpuResources`) resident on one SM / CU."""
+    """Blocks of ``res`` (a :class:`~.cost.GpuResources`) resident on one SM / CU, by the
+    vendor's occupancy rules (the module docstring); other GPUs: plain division."""
+    if hw.family == "rocm" and hw.warp_size == 64:
+        return _cdna_blocks(hw, res)
     threads = max(res.threads_per_block, 1)
-    limits = [hw.max_threads_per_unit // threads, MAX_BLOCKS_PER_UNIT]
-    if res.registers_per_thread:
+    warps = -(-threads // max(hw.warp_size, 1))
+    cuda = hw.family == "cuda"
+    limits = [hw.max_threads_per_unit // (warps * hw.warp_size if cuda else threads),
+              MAX_BLOCKS_PER_UNIT]
+    if res.registers_per_thread and cuda:
+        per_warp = _align(res.registers_per_thread * hw.warp_size, CUDA_REGISTER_UNIT)
+        limits.append(hw.registers_per_unit // per_warp // warps)
+    elif res.registers_per_thread:
         limits.append(hw.registers_per_unit // (res.registers_per_thread * threads))
+    if res.shared_bytes and cuda:
+        per_block = _align(res.shared_bytes + CUDA_SHARED_RESERVED, CUDA_SHARED_UNIT)
+        limits.append(hw.shared_memory_bytes_per_unit // per_block)
+    elif res.shared_bytes:
+        limits.append(hw.shared_memory_bytes_per_unit // res.shared_bytes)
+    return max(min(limits), 1)
+
+
+def waves_per_simd(res) -> int:
+    """Waves of ``res``'s kernel one gfx90a SIMD holds by its VGPRs (AGPRs included)."""
+    if not res.registers_per_thread:
+        return CDNA_WAVES_PER_SIMD
+    vgprs = _align(res.registers_per_thread, CDNA_VGPR_GRANULE)
+    return max(min(CDNA_WAVES_PER_SIMD, CDNA_VGPRS // vgprs), 0)
+
+
+def _cdna_blocks(hw, res) -> int:
+    waves = -(-max(res.threads_per_block, 1) // hw.warp_size)  # waves per block
+    per_cu = waves_per_simd(res) * CDNA_SIMDS  # waves the CU's register files hold
+    limits = [per_cu // waves, hw.max_threads_per_unit // (waves * hw.warp_size)]
+    if waves > 1:
+        limits.append(CDNA_MAX_GROUPS)
     if res.shared_bytes:
         limits.append(hw.shared_memory_bytes_per_unit // res.shared_bytes)
     return max(min(limits), 1)

@@ -151,7 +151,14 @@ def gpu_violation(model, members) -> str | None:
     if len(reductions) > 1:  # siblings (violation lets them share a CPU kernel)
         return (f"dlight (the default {model.hw.family} schedule) schedules one reduction "
                 f"per kernel: {', '.join(node_name(model.graph.nodes[n]) for n in reductions)}")
-    res = gpu_resources(model, members)
+    res = model.gpu_resources(members) if hasattr(model, "compiled") else \
+        gpu_resources(model, members)
+    if res.source and res.estimated_schedule in ("gemm", "gemm-tensorcore") and \
+            res.schedule == "elementwise":  # compiled: dlight had no GEMM rule for it
+        return (f"dlight (the default {model.hw.family} schedule) schedules this GEMM group "
+                f"with its Fallback rule: compiled ({res.source}) it is untiled plain loops "
+                f"({res.threads_per_block} threads, {res.shared_bytes} B shared), not the "
+                f"tiled Matmul the estimate assumed")
     if res.schedule != "split":
         return None
     names = ", ".join(node_name(model.graph.nodes[n]) for n in sorted(members)

@@ -138,3 +138,9 @@ def graph_info(graph: OpGraph) -> tuple[OpInfo, ...]:
 def node_name(node: OpNode) -> str:
     """Stable name of a node: ``<op>#<id>`` (same model and shapes: same names)."""
     return f"{node.op}#{node.id}"
+
+
+def tvm_bits(dtype: str) -> int:
+    """Bits of one element of ``dtype`` (``float16`` -> 16)."""
+    digits = "".join(c for c in dtype if c.isdigit())
+    return int(digits) if digits else 32

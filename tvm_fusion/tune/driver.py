@@ -28,6 +28,7 @@ from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
+from ..gpu.resources import plan_resources
 from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
@@ -107,7 +108,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          rpc_tracker: str | None = None, rpc_key: str | None = None,
          measure: str = "device", layout: str = "auto",
          prepack: bool | None = None, combine: str = "auto",
-         group_model=None) -> TuneReport:
+         group_model=None, resources: str = "auto") -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -135,6 +136,11 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Parallel matmuls (Q/K/V) of a fresh plan: ``auto`` (combined where the plan is
         predicted faster), ``on``, ``off`` (:mod:`~tvm_fusion.plan.combine`); a stored
         plan keeps its own.
+    resources : str
+        GPU targets, a fresh plan: ``auto`` (default) re-plans with the registers and
+        shared memory the compiler allocates for each kernel where it is here (nvcc;
+        the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
+        (:func:`tvm_fusion.gpu.resources.plan_resources`).
     group_model : optional
         A learned group-latency model pricing the kernels of a fresh plan
         (:func:`~tvm_fusion.costmodel.group_model.load_group_model`); a stored plan keeps
@@ -215,6 +221,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         plan = FusionPlan.from_json(entry["plan"])
     if plan is None:
         graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine,
+                                 group_model=group_model)
+        plan, _ = plan_resources(graph, hw, plan, mode=resources, planner=planner,
                                  group_model=group_model)
     else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
