@@ -19,6 +19,7 @@ from tvm_fusion.gpu import find_nvcc
 from tvm_fusion.gpu.amdgpu import AmdgpuResources, find_toolchain, parse_amdgpu_metadata
 from tvm_fusion.gpu.resources import compile_group, plan_with_compiled_resources
 from tvm_fusion.gpu.schedule import default_gpu_schedule
+from tvm_fusion.plan import make_plan
 from tvm_fusion.plan.gpu_resources import GpuResources
 from tvm_fusion.plan.gpu_terms import blocks_per_unit, waves_per_simd
 
@@ -171,20 +172,63 @@ def _qkv():
 
 
 @needs_nvcc
-def test_a_gemm_group_dlight_cannot_tile_is_planned_again_from_ptxas():
-    """The estimate fuses the Q/K/V matmul with its split, reshapes and transposes; under
-    dlight that group is not the tiled Matmul the estimate assumed (several plain-loop
-    kernels, no shared memory). The compiled plan keeps the matmul tiled."""
+def test_a_split_after_a_gemm_is_priced_as_the_kernels_ptxas_builds():
+    """dlight makes each result of a Split a kernel of its own (MiniLM's Q/K/V matmul +
+    bias + split compiled into 4 kernels on sm_80 and on gfx90a), so the estimate keeps
+    the matmul apart from the split and counts the split's 3 kernels; compiling every
+    group agrees with it, and the matmul is dlight's tiled Matmul."""
     graph = tf.build_graph(tf.import_model(_qkv(), name="qkv").mod)
     first = tf.plan_fusion(graph, "a100")
-    assert len(first.groups) == 1
-    plan, report = plan_with_compiled_resources(graph, "a100")
-    assert first.groups[0].name in report.changed
+    assert len(first.groups) == 2
+    assert not any("matmul" in g.name and "split" in g.name for g in first.groups)
+    plan, report = plan_with_compiled_resources(graph, "a100", start=first)
+    assert report.rounds == 1 and report.changed == ()
+    split = next(r for r in report.rows if "split" in r.name)
+    assert split.kernels == 3
     gemm = next(r for r in report.rows if "matmul" in r.name)
-    assert gemm.schedule == "gemm" and gemm.shared_bytes > 0  # staged tiles: dlight's Matmul
+    assert gemm.schedule == "gemm" and gemm.kernels == 1 and gemm.shared_bytes > 0
     assert all("compiled (ptxas sm_80)" in g.reason for g in plan.groups)
-    assert "the plan changed" in plan.notes[-1]
-    assert tf.apply_plan(graph, plan) is not None  # a valid partition
+    assert "one group (3 kernels compiled)" in next(g.reason for g in plan.groups
+                                                     if "split" in g.name)
+
+
+def _masked_scores():
+    """Attention scores with a mask prologue: matmul / scale + (1 - mask) * -1e4."""
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("Unsqueeze", ["mask", "ax"], ["m1"]),
+             helper.make_node("Cast", ["m1"], ["mf"], to=F),
+             helper.make_node("Sub", ["one", "mf"], ["inv"]),
+             helper.make_node("Mul", ["inv", "big"], ["bias"]),
+             helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Div", ["s", "scale"], ["sd"]),
+             helper.make_node("Add", ["sd", "bias"], ["o"])]
+    graph = helper.make_graph(
+        nodes, "masked", [helper.make_tensor_value_info("q", F, [4, 128, 32]),
+                          helper.make_tensor_value_info("k", F, [4, 32, 128]),
+                          helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 128])],
+        [helper.make_tensor_value_info("o", F, [4, 128, 128])],
+        initializer=[numpy_helper.from_array(np.array([0], dtype="int64"), "ax"),
+                     numpy_helper.from_array(np.array(1.0, dtype="float32"), "one"),
+                     numpy_helper.from_array(np.array(-1e4, dtype="float32"), "big"),
+                     numpy_helper.from_array(np.array(5.657, dtype="float32"), "scale")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_group_the_compiler_built_as_several_kernels_is_not_fused_again():
+    """MiniLM's mask prologue + score matmul compiled into 3 kernels where the estimate
+    counted one; given that (as plan_with_compiled_resources passes it), the planner
+    refuses the merge and says what the compiler built."""
+    graph = tf.build_graph(tf.import_model(_masked_scores(), name="masked").mod)
+    hw = tf.load_target("a100")
+    first = tf.plan_fusion(graph, hw)
+    assert len(first.groups) == 1
+    whole = frozenset(first.groups[0].nodes)
+    built = GpuResources(schedule="split", kernels=3, threads_per_block=128,
+                         registers_per_thread=64, shared_bytes=6912, source="ptxas sm_80")
+    plan = make_plan(graph, hw, compiled={whole: built})
+    assert len(plan.groups) > 1
+    assert any("compiled (ptxas sm_80) the group is 3 kernels" in r.reason
+               for r in plan.rejected), [r.reason for r in plan.rejected]
 
 
 def _cli(*args, env=None):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -165,8 +166,14 @@ def compiled_resources(graph, plan, hw, *, only=None
     wanted = {g.name: frozenset(g.nodes) for g in (only or plan.groups)}
     rules: dict[str, str] = {}
     mod = default_gpu_schedule(apply_plan(graph, plan), hw.tvm_target(), hw, rules_used=rules)
-    jobs = [(gv.name_hint, func) for gv, func in mod.functions.items()
-            if gv.name_hint in wanted and isinstance(func, tvm.tirx.PrimFunc)]
+    funcs = {gv.name_hint: f for gv, f in mod.functions.items()
+             if isinstance(f, tvm.tirx.PrimFunc)}
+    # a group identical to an earlier one (same ops, shapes and constants) shares its
+    # PrimFunc, which Relax's BlockBuilder keeps under the first group's name
+    twin = {n: re.sub(r"_\d+$", "", n) for n in wanted if n not in funcs}
+    names = dict.fromkeys([n for n in wanted if n in funcs]
+                          + [b for b in twin.values() if b in funcs])
+    jobs = [(n, funcs[n]) for n in names]
 
     def build(job):
         name, func = job
@@ -179,7 +186,9 @@ def compiled_resources(graph, plan, hw, *, only=None
     with toolchain() if hw.family == "rocm" else contextlib.nullcontext(), \
             ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1)) as pool:
         done = list(pool.map(build, jobs))
-    out = {wanted[name]: res for name, res, _ in done if res is not None}
+    built = {name: res for name, res, _ in done if res is not None}
+    built.update({n: built[base] for n, base in twin.items() if base in built})
+    out = {wanted[name]: res for name, res in built.items() if name in wanted}
     return out, [why for _, _, why in done if why]
 
 

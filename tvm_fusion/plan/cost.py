@@ -487,8 +487,9 @@ class AnalyticalCostModel:
             res = self.gpu_resources(members)
             dynamic = res.schedule == "gemm-tensorcore"
             tiles = self._gpu_tiles(members, res, terms.tiles)
-            if res.source:  # compiled: every kernel the group really became is launched
-                launch_us = hw.launch_overhead_us * max(res.kernels, 1)
+            # every kernel the group becomes is launched (compiled: as the compiler built
+            # it; estimated: a split's pieces, gpu_resources)
+            launch_us = hw.launch_overhead_us * max(res.kernels, 1)
             if res.spill_bytes:  # spilled registers go to local memory and come back
                 dram += 2 * res.spill_bytes * res.threads_per_block * tiles
                 memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)

@@ -114,8 +114,19 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
     reductions = [n for n, r in zip(members, roles)
                   if r == "reduction" or (r == "contraction" and n not in contractions)]
     max_threads = int(hw.tvm_config.get("max_threads_per_block", hw.max_threads_per_block))
+    # a multi-output op (Split): each of its results is a root block of the fused PrimFunc
+    # and a kernel of its own, under every dlight rule; a contraction or reduction before
+    # it is one more (nvcc and the AMDGPU backend both: MiniLM's Q/K/V matmul + bias +
+    # split became 4 kernels on sm_80 and on gfx90a, whatever reshapes joined it)
+    pieces = sum(len(model.graph.nodes[n].results) for n in members
+                 if len(model.graph.nodes[n].results) > 1)
+    if pieces and (contractions or reductions):
+        return GpuResources(schedule="split", kernels=pieces + 1,
+                            threads_per_block=max_threads,
+                            registers_per_thread=SPLIT_REGISTERS, shared_bytes=0)
     if not contractions and not reductions:
-        return GpuResources(schedule="elementwise", kernels=1, threads_per_block=max_threads,
+        return GpuResources(schedule="elementwise", kernels=max(pieces, 1),
+                            threads_per_block=max_threads,
                             registers_per_thread=FALLBACK_REGISTERS, shared_bytes=0)
     if contractions and (len(contractions) > 1 or reductions):
         passes = sum(max(model.infos[n].passes, 1) for n in reductions)

@@ -151,21 +151,31 @@ def gpu_violation(model, members) -> str | None:
     if len(reductions) > 1:  # siblings (violation lets them share a CPU kernel)
         return (f"dlight (the default {model.hw.family} schedule) schedules one reduction "
                 f"per kernel: {', '.join(node_name(model.graph.nodes[n]) for n in reductions)}")
-    res = model.gpu_resources(members) if hasattr(model, "compiled") else \
-        gpu_resources(model, members)
+    est = gpu_resources(model, members)
+    res = model.gpu_resources(members) if hasattr(model, "compiled") else est
     if res.source and res.estimated_schedule in ("gemm", "gemm-tensorcore") and \
             res.schedule == "elementwise":  # compiled: dlight had no GEMM rule for it
         return (f"dlight (the default {model.hw.family} schedule) schedules this GEMM group "
                 f"with its Fallback rule: compiled ({res.source}) it is untiled plain loops "
                 f"({res.threads_per_block} threads, {res.shared_bytes} B shared), not the "
                 f"tiled Matmul the estimate assumed")
-    if res.schedule != "split":
+    if res.source and res.kernels <= est.kernels:
+        return None  # compiled into no more kernels than the estimate counted on
+    if not res.source and res.schedule != "split":
         return None
     names = ", ".join(node_name(model.graph.nodes[n]) for n in sorted(members)
                       if model.infos[n].role in ("contraction", "reduction"))
-    return (f"dlight (the default {model.hw.family} schedule) cannot keep {names} in one "
-            f"kernel: a GEMM/conv followed by a reduction is split into at least "
-            f"{res.kernels} plain-loop kernels")
+    multi = [node_name(model.graph.nodes[n]) for n in sorted(members)
+             if len(model.graph.nodes[n].results) > 1]
+    head = (f"dlight (the default {model.hw.family} schedule) cannot keep {names} in one "
+            "kernel: ")
+    if res.source:
+        return head + f"compiled ({res.source}) the group is {res.kernels} kernels"
+    if multi:
+        return head + (f"each result of {', '.join(multi)} is a kernel of its own "
+                       f"({res.kernels} kernels)")
+    return head + (f"a GEMM/conv followed by a reduction is split into at least "
+                   f"{res.kernels} plain-loop kernels")
 
 
 def cpu_violation(model, members) -> str | None:
