@@ -181,6 +181,9 @@ def compiled_resources(graph, plan, hw, *, only=None
             return name, compile_group(func, hw, name, rules.get(name, "")), None
         except GpuToolchainError as err:
             return name, None, f"{name}: {str(err).splitlines()[0]}"
+        except Exception as err:  # noqa: BLE001  (TVM cannot lower it: the build says why)
+            lines = str(err).strip().splitlines()
+            return name, None, f"{name}: TVM cannot lower it ({lines[-1] if lines else err})"
 
     # the compilers are separate processes (nvcc) or release the GIL (LLVM)
     with toolchain() if hw.family == "rocm" else contextlib.nullcontext(), \
