@@ -4,6 +4,7 @@ with what nvcc's ptxas and the AMDGPU backend allocated."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -148,6 +149,12 @@ def test_the_mi250x_plan_uses_the_code_objects_registers_and_says_so():
     assert conv.registers > conv.predicted_registers
     assert conv.waves_per_simd == waves_per_simd(_res(conv.registers, 128)) < 8
     assert "6 of 6 kernels compiled (gfx90a code object" in plan.notes[-1]
+    # the plan JSON carries each group's compiled numbers, and reads them back
+    back = tf.FusionPlan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert back.hash == plan.hash
+    for g, h in zip(plan.groups, back.groups):
+        assert h.resources == g.resources and g.resources["source"] == "gfx90a code object"
+        assert g.resources["registers"] == rows[g.name].registers
 
 
 def _qkv():

@@ -404,7 +404,10 @@ def test_diamond_and_multi_output_group_is_one_convex_kernel():
     for t in ("a100", "mi250x"):
         relu = next(g for g in plans[t].groups if "relu#1" in g.ops)
         assert {"relu#1", "tir_sigmoid#2", "multiply#3", "add#4"} <= set(relu.ops)
-        assert "conv2d#0" in relu.ops  # conv output is read by relu and add: both inside
+        # the conv with the diamond has two outputs (add for the mean, the transpose):
+        # nvcc and the AMDGPU backend both built that group as 3 kernels, the conv untiled
+        # (no shared memory), so on GPUs the conv stays a kernel of its own
+        assert ("conv2d#0",) in [g.ops for g in plans[t].groups]
     # x86: conv, relu and sigmoid stay in L2 (16 KB each), so the diamond's tail costs the
     # same as the mean's prologue as in the conv's epilogue; either merge saves its
     # launches (11 us), more than the model's error on the time the two partitions do

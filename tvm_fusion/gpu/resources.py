@@ -261,7 +261,14 @@ def plan_with_compiled_resources(graph, target, *, planner: str = "cost", rounds
                  f"{len(whole)} fully compiled plans is kept")
     if failed:
         note += f"; not compiled (estimate kept): {'; '.join(failed[:3])}"
-    plan = dataclasses.replace(plan, notes=plan.notes + (note,), layout=first.layout,
+    by_name = {r.name: r for r in rows}
+    keep = ("registers", "predicted_registers", "shared_bytes", "spill_bytes",
+            "threads_per_block", "kernels", "blocks_per_unit", "occupancy", "waves_per_simd")
+    groups = tuple(dataclasses.replace(g, resources={
+        "source": compiler_source(hw), **{k: getattr(by_name[g.name], k) for k in keep}})
+        if frozenset(g.nodes) in compiled else g for g in plan.groups)
+    plan = dataclasses.replace(plan, groups=groups, notes=plan.notes + (note,),
+                               layout=first.layout,
                                layout_reason=first.layout_reason, combine=first.combine)
     return plan, ResourceReport(target=hw.name, source=compiler_source(hw), rounds=done,
                                 rows=rows, changed=changed, failed=tuple(failed),

@@ -47,6 +47,12 @@ class FusedGroup:
         The canonical chain the kernel matches (``Conv-BN-HardSwish``, ``attention score
         path (MatMul-Scale-Mask-Softmax)``; :mod:`~tvm_fusion.plan.patterns`), or ``""``.
         A name only: the predicted time made the group.
+    resources : dict
+        GPU plans made with a compiler's numbers (:mod:`tvm_fusion.gpu.resources`): what
+        it allocated for the kernel (``source``, ``registers``, ``shared_bytes``,
+        ``spill_bytes``, ``threads_per_block``, ``kernels``, ``blocks_per_unit``,
+        ``occupancy``, ``waves_per_simd`` on gfx90a) and the estimate's
+        ``predicted_registers``; empty otherwise.
     """
 
     nodes: tuple[int, ...]
@@ -58,6 +64,7 @@ class FusedGroup:
     kept_on_chip_bytes: int = 0
     decided_by: str = ""
     pattern: str = ""
+    resources: dict = field(default_factory=dict, compare=False)
 
     @property
     def predicted_us(self) -> float:
@@ -208,7 +215,8 @@ class FusionPlan:
                                   unfused_us=float(g.get("unfused_us", 0.0)),
                                   kept_on_chip_bytes=int(g.get("kept_on_chip_bytes", 0)),
                                   decided_by=g.get("decided_by", ""),
-                                  pattern=g.get("pattern", ""))
+                                  pattern=g.get("pattern", ""),
+                                  resources=dict(g.get("resources", {})))
                        for g in d["groups"])
         rejected = tuple(RejectedMerge(ops=tuple(r["ops"]), reason=r["reason"],
                                        fused_us=r["fused_us"], unfused_us=r["unfused_us"],

@@ -115,13 +115,20 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
                   if r == "reduction" or (r == "contraction" and n not in contractions)]
     max_threads = int(hw.tvm_config.get("max_threads_per_block", hw.max_threads_per_block))
     # a multi-output op (Split): each of its results is a root block of the fused PrimFunc
-    # and a kernel of its own, under every dlight rule; a contraction or reduction before
-    # it is one more (nvcc and the AMDGPU backend both: MiniLM's Q/K/V matmul + bias +
-    # split became 4 kernels on sm_80 and on gfx90a, whatever reshapes joined it)
+    # and a kernel of its own, under every dlight rule; so is each output of a group with a
+    # contraction or reduction, which is one kernel more (nvcc and the AMDGPU backend
+    # both: MiniLM's Q/K/V matmul + bias + split became 4 kernels on sm_80 and gfx90a,
+    # whatever reshapes joined it; PP-OCR rec's attention matmul with 2 or 3 strided-slice
+    # outputs became 3 or 4; a reduction's second output is not counted: duplicated
+    # prologues read by two reductions stay inside each)
     pieces = sum(len(model.graph.nodes[n].results) for n in members
                  if len(model.graph.nodes[n].results) > 1)
-    if pieces and (contractions or reductions):
-        return GpuResources(schedule="split", kernels=pieces + 1,
+    outs = 0 if not contractions else sum(
+        model.escapes(n, members) if len(model.graph.nodes[n].results) <= 1 else
+        sum(model.result_escapes((n, k), members)
+            for k in range(len(model.graph.nodes[n].results))) for n in members)
+    if (contractions or reductions) and max(pieces, outs) > 1:
+        return GpuResources(schedule="split", kernels=max(pieces, outs) + 1,
                             threads_per_block=max_threads,
                             registers_per_thread=SPLIT_REGISTERS, shared_bytes=0)
     if not contractions and not reductions:
