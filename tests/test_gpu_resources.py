@@ -57,11 +57,14 @@ def test_cdna2_occupancy_counts_vgpr_granules_per_simd_and_lds():
     assert blocks_per_unit(mi, _res(14, 64)) == 32
     # LDS: 65536 // 20000 = 3 blocks
     assert blocks_per_unit(mi, _res(32, 256, 20000)) == 3
-    # AGPRs share the file: align(90, 4) + 64 = 156 per lane
-    r = AmdgpuResources(entry="k", vgprs=90, agprs=64, sgprs=20, lds_bytes=0,
+    # AGPRs share the file; the code object's .vgpr_count is already the total (PP-OCR
+    # rec's matmul2: next_free_vgpr 448 = accum_offset 256 + 192 AGPRs): 1 wave per SIMD
+    r = AmdgpuResources(entry="k", vgprs=448, agprs=192, sgprs=26, lds_bytes=6912,
                         scratch_bytes=0, vgpr_spills=0, sgpr_spills=0,
                         max_workgroup_size=256, wavefront_size=64)
-    assert r.unified_vgprs == 156 and not r.spills
+    assert r.unified_vgprs == 448 and not r.spills
+    assert waves_per_simd(_res(r.unified_vgprs, 256)) == 1
+    assert blocks_per_unit(mi, _res(r.unified_vgprs, 256, 6912)) == 1
 
 
 def test_amdgpu_metadata_reads_each_kernel_and_skips_its_args():
@@ -95,7 +98,7 @@ amdhsa.target:   amdgcn-amd-amdhsa--gfx90a
     first, second = parse_amdgpu_metadata(asm)
     assert (first.entry, first.vgprs, first.agprs, first.sgprs) == ("fused_kernel", 151, 4, 21)
     assert (first.lds_bytes, first.scratch_bytes, first.vgpr_spills) == (6912, 16, 3)
-    assert first.spills and first.unified_vgprs == 156
+    assert first.spills and first.unified_vgprs == 151
     assert (second.entry, second.vgprs, second.lds_bytes) == ("fused_kernel_1", 8, 0)
     assert parse_amdgpu_metadata("no metadata") == ()
 

@@ -146,7 +146,8 @@ class AmdgpuResources:
     entry : str
         The kernel's symbol.
     vgprs, agprs, sgprs : int
-        Vector (arch) and accumulation registers per lane, scalar registers per wave.
+        Vector registers per lane (on gfx90a the unified total, AGPRs included), the
+        accumulation registers among them, scalar registers per wave.
     lds_bytes : int
         LDS (shared memory) per workgroup (``.group_segment_fixed_size``).
     scratch_bytes : int
@@ -169,8 +170,10 @@ class AmdgpuResources:
 
     @property
     def unified_vgprs(self) -> int:
-        """VGPRs a lane holds in gfx90a's unified file: ``align(vgprs, 4) + agprs``."""
-        return -(-self.vgprs // 4) * 4 + self.agprs if self.agprs else self.vgprs
+        """VGPRs a lane holds in gfx90a's unified file, AGPRs included. The code object's
+        ``.vgpr_count`` already is that total (``.amdhsa_next_free_vgpr``: the AGPRs sit
+        after ``.amdhsa_accum_offset``; PP-OCR rec's ``matmul2``: 448 = 256 + 192 AGPRs)."""
+        return max(self.vgprs, self.agprs)
 
     @property
     def spills(self) -> bool:

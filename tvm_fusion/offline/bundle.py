@@ -29,6 +29,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..deploy.build import compile_model
+from ..gpu.resources import plan_resources
 from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
@@ -227,8 +228,13 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
 
 def _plan(model, hw, planner: str):
     """(graph, plan) of ``model``: NCHW, with the parallel matmuls the planner combines
-    (:mod:`tvm_fusion.plan.combine`; ``compile`` rebuilds that graph from the plan)."""
-    return plan_model(model.mod, hw, planner, layout="nchw")
+    (:mod:`tvm_fusion.plan.combine`; ``compile`` rebuilds that graph from the plan). A
+    cost plan for a GPU is made again with the compiler's registers and shared memory
+    where the compiler is here (:func:`tvm_fusion.gpu.resources.plan_resources`)."""
+    graph, plan = plan_model(model.mod, hw, planner, layout="nchw")
+    if planner == "cost":
+        plan, _ = plan_resources(graph, hw, plan, planner=planner)
+    return graph, plan
 
 
 def write_device_manifest(out: str | os.PathLike, *, skip_models=()) -> Path:
