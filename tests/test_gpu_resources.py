@@ -266,3 +266,33 @@ def test_plan_cli_compiled_resources_without_the_compiler_says_what_to_install(t
                 env={"TVM_FUSION_NVCC": str(tmp_path / "no-nvcc")})
     assert auto.returncode == 0, auto.stderr
     assert "kernel resources: estimated, not compiled" in auto.stdout
+
+
+def test_a_gfx90a_kernel_the_backend_cannot_fit_is_named_with_its_numbers():
+    from tvm_fusion.gpu.amdgpu import amdgpu_violations
+
+    mi = tf.load_target("mi250x")
+    ok = AmdgpuResources(entry="k", vgprs=448, agprs=192, sgprs=26, lds_bytes=6912,
+                         scratch_bytes=0, vgpr_spills=0, sgpr_spills=0,
+                         max_workgroup_size=256, wavefront_size=64)
+    assert amdgpu_violations(ok, mi) == []
+    bad = AmdgpuResources(entry="k", vgprs=520, agprs=0, sgprs=26, lds_bytes=70000,
+                          scratch_bytes=256, vgpr_spills=12, sgpr_spills=0,
+                          max_workgroup_size=256, wavefront_size=64)
+    found = amdgpu_violations(bad, mi)
+    assert len(found) == 3
+    assert "520 VGPRs per lane" in found[0] and "limit 512" in found[0]
+    assert "70000 B of LDS" in found[1] and "limit 65536" in found[1]
+    assert "256 B per lane" in found[2] and "12 VGPRs" in found[2]
+
+
+@needs_rocm
+def test_check_schedule_reads_the_gfx90a_code_object():
+    from tvm_fusion.gpu import check_schedule
+
+    model = tf.import_model(_gemm_gelu(), name="gemm-erf")
+    hw = tf.load_target("mi250x")
+    graph = tf.build_graph(model.mod)
+    plan = tf.plan_fusion(graph, hw)
+    mod = default_gpu_schedule(tf.apply_plan(graph, plan), hw.tvm_target(), hw)
+    assert check_schedule(mod[plan.groups[0].name], hw) == []

@@ -256,3 +256,25 @@ def amdgpu_compile(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str
     if not entries:
         raise GpuToolchainError(f"the code object of {name} has no amdhsa.kernels metadata")
     return entries, asm
+
+
+MAX_VGPRS = 512  # per lane on gfx90a, arch VGPRs and AGPRs together (AMD CDNA 2 ISA)
+
+
+def amdgpu_violations(res: AmdgpuResources, hw) -> list[str]:
+    """What makes a gfx90a kernel unfit to measure or deploy: more VGPRs than a lane
+    holds, LDS over the target's per-block limit, or scratch (spilled registers); []
+    when it fits. Each message names the kernel, its number and the limit."""
+    where = f"kernel {res.entry} ({hw.tvm_config.get('mcpu', 'gfx90a')}) on {hw.name}"
+    bad = []
+    if res.unified_vgprs > MAX_VGPRS:
+        bad.append(f"{where}: {res.unified_vgprs} VGPRs per lane (AGPRs included), limit "
+                   f"{MAX_VGPRS}; use a smaller per-thread tile")
+    if res.lds_bytes > hw.shared_memory_bytes_per_block:
+        bad.append(f"{where}: {res.lds_bytes} B of LDS per workgroup, limit "
+                   f"{hw.shared_memory_bytes_per_block}; use smaller LDS tiles")
+    if res.spills:
+        bad.append(f"{where}: spills to scratch ({res.scratch_bytes} B per lane, "
+                   f"{res.vgpr_spills} VGPRs, {res.sgpr_spills} SGPRs); use a smaller "
+                   f"per-thread tile")
+    return bad

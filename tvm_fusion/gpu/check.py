@@ -1,7 +1,8 @@
 """Checks of one scheduled candidate against its GPU target, before it is measured.
 
 :func:`check_schedule` runs the TIR checks (``tir_check``) and, for CUDA, nvcc's
-ptxas report against :class:`~tvm_fusion.gpu.limits.GpuLimits`;
+ptxas report against :class:`~tvm_fusion.gpu.limits.GpuLimits` (for gfx90a, the code
+object's VGPRs, LDS and scratch);
 :func:`resource_check_postproc` puts that check into MetaSchedule's search, so a
 rejected candidate never reaches a builder.
 """
@@ -15,6 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 from ..errors import TvmFusionError
+from .amdgpu import amdgpu_compile, amdgpu_violations, find_toolchain
 from .cuda import cuda_source, nvcc_compile
 from .limits import GpuLimits, check_kernel
 from .tir_check import check_launch, device_kernels
@@ -26,7 +28,9 @@ def check_schedule(func, hw, *, name: str = "candidate",
 
     First the lowered TIR (threads per block, shared memory, vector widths: what would
     make nvcc or the launch fail), then, for CUDA targets, nvcc's ptxas report
-    (registers, which TIR cannot show). Cheap next to a measurement: one lowering and
+    (registers, which TIR cannot show), and for gfx90a the code object's VGPRs, LDS and
+    scratch (:func:`~tvm_fusion.gpu.amdgpu.amdgpu_violations`) where the toolchain is
+    here. Cheap next to a measurement: one lowering and
     one nvcc call, about 0.1-0.3 s.
 
     Parameters
@@ -50,8 +54,14 @@ def check_schedule(func, hw, *, name: str = "candidate",
     limits = limits or GpuLimits.from_target(hw)
     bad = [v for k in device_kernels(func, target, name)
            for v in check_launch(k, hw, shared_limit=shared_limit)]
-    if bad or hw.family != "cuda":
+    if bad or hw.family not in ("cuda", "rocm"):
         return bad
+    if hw.family == "rocm":  # the code object, where the toolchain is here; else TIR only
+        found = find_toolchain()
+        if found.missing:
+            return bad
+        entries, _ = amdgpu_compile(func, target, name, found)
+        return [v for e in entries for v in amdgpu_violations(e, hw)]
     src = cuda_source(func, target, name)
     entries, _ = nvcc_compile(src, str(target.attrs["arch"]), name=name)
     return [v for e in entries for v in check_kernel(e, limits)]

@@ -29,6 +29,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmFusionError
+from ..gpu.amdgpu import find_toolchain
 from ..gpu.check import check_schedule
 from .fast_import import import_tensor_intrinsics
 from .logdb import PREDICTED_RUN_S
@@ -97,7 +98,9 @@ def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | No
 
 
 def _check_kind(hw) -> str:
-    return {"cuda": "tir+nvcc", "rocm": "tir"}.get(hw.family, "build")
+    if hw.family == "rocm":  # the code object's registers where the toolchain is here
+        return "tir" if find_toolchain().missing else "tir+amdgpu"
+    return {"cuda": "tir+nvcc"}.get(hw.family, "build")
 
 
 def schedule_unmeasured(state: TuneState, cost_model, target: tvm.target.Target, *, tries: int = 3,
