@@ -158,6 +158,11 @@ def test_the_mi250x_plan_uses_the_code_objects_registers_and_says_so():
     for g, h in zip(plan.groups, back.groups):
         assert h.resources == g.resources and g.resources["source"] == "gfx90a code object"
         assert g.resources["registers"] == rows[g.name].registers
+    # the notebook's plan view shows them
+    from tvm_fusion.explore import plan_html
+
+    view = plan_html(plan)
+    assert "kernel resources from the gfx90a code object" in view and "waves per SIMD" in view
 
 
 def _qkv():

@@ -253,6 +253,25 @@ def plan_html(plan) -> str:
         parts.append(f"<details><summary>{len(plan.rejected)} rejected merges</summary>"
                      + _table(["operators", "fused us", "unfused us", "decided by", "reason"],
                               rows, align_right=(1, 2)) + "</details>")
+    built = [(gi, g) for gi, g in enumerate(plan.groups) if g.resources]
+    if built:  # a GPU plan made with the compiler's numbers (tvm_fusion.gpu.resources)
+        amd = str(built[0][1].resources.get("source", "")).startswith("gfx")
+        regs, unit = ("VGPRs", "CU") if amd else ("registers", "SM")
+        rows = [[_swatch(colour[gi]), gi, g.name, g.resources.get("predicted_registers", ""),
+                 g.resources.get("registers", ""), g.resources.get("shared_bytes", ""),
+                 g.resources.get("spill_bytes", ""), g.resources.get("kernels", ""),
+                 g.resources.get("blocks_per_unit", ""),
+                 f"{float(g.resources.get('occupancy', 0)):.0%}"]
+                + ([g.resources.get("waves_per_simd", "")] if amd else [])
+                for gi, g in built]
+        parts.append(
+            f"<details open><summary>kernel resources from the "
+            f"{_esc(built[0][1].resources.get('source', 'compiler'))}</summary>" + _table(
+                ["", "#", "kernel", f"estimated {regs}", regs, "shared / LDS B", "spill B",
+                 "kernels", f"blocks per {unit}", "occupancy"]
+                + (["waves per SIMD"] if amd else []), rows,
+                align_right=tuple(range(1, 11)) if amd else tuple(range(1, 10)))
+            + "</details>")
     if plan.notes:
         parts.append("<div>" + "<br>".join(_esc(n) for n in plan.notes) + "</div>")
     return "\n".join(parts)
