@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
 from tvm_fusion.plan import plan_from_groups, plan_model
+from tvm_fusion.tune.logs import target_dir
 from tvm_fusion.tune.schedulable import make_schedulable, unschedulable_groups
 
 
@@ -82,11 +83,13 @@ def test_concat_after_a_conv_tile_is_split_and_its_conv_gets_a_verified_record(t
     report = tf.tune(model, hw, trials=8, logs=tmp_path, plan=together, progress=False)
     compiled = tf.compile_model(model, hw, logs=tmp_path)
     conv = next(g.name for g in compiled.plan.groups if "conv2d" in " ".join(g.ops))
-    # verified and applied: a kernel of this size (131k MACs), not one of call-overhead size
-    # whose default loops no candidate beats (1x16 pixels: every candidate "not faster" on
-    # a Zen 2, and the default deployed)
-    assert report.rejected == 0
-    assert conv in compiled.kernels and conv not in compiled.untuned
+    # every candidate of the conv passed verification (the concat, computed at the conv's
+    # tile, failed all of them). Whether one also beat the default schedule beyond the
+    # noise is a timing on a shared machine (a CI run kept the default at 8 trials), so
+    # the test asserts correctness, not which of the two deployed.
+    assert report.rejected == 0 and not (target_dir(tmp_path, hw.name) / "rejected.jsonl").exists()
+    task = next(t for t in report.tasks if t.name == conv)
+    assert task.trials >= 1 and conv in compiled.kernels
     x = np.random.default_rng(2).standard_normal((1, 16, 8, 32)).astype("float32")
     h = np.random.default_rng(3).standard_normal((1, 16, 8, 32)).astype("float32")
     import onnxruntime as ort
