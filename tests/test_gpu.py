@@ -231,13 +231,21 @@ def _cli(*args, timeout: int = 600):
                           capture_output=True, text=True, env=env, timeout=timeout)
 
 
-@pytest.mark.skipif(rocm_support().can_build, reason="this machine can build for ROCm")
-def test_compile_mi250x_without_rocm_says_what_is_missing(tmp_path):
-    proc = _cli("compile", "embedded", "--target", "mi250x", "-o", tmp_path / "m.so")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    err = proc.stderr
-    assert "cannot build for mi250x" in err and "USE_ROCM=ON" in err
-    assert "ROCm installation" in err and "MISSING" in err
+def test_compile_mi250x_without_the_toolchain_says_what_is_missing(tmp_path, monkeypatch,
+                                                                    capsys):
+    # a machine without Debian's rocm-device-libs and lld-19 (nor ROCm): hide them
+    from tvm_fusion import cli
+    from tvm_fusion.gpu import amdgpu
+
+    if rocm_support().rocm_path:
+        pytest.skip("this machine has a ROCm installation")
+    monkeypatch.setattr(amdgpu, "find_toolchain",
+                        lambda: amdgpu.RocmToolchain(bitcode_dir=None, lld=None))
+    code = cli.main(["compile", "embedded", "--target", "mi250x", "-o", str(tmp_path / "m.so")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "cannot build for mi250x" in err and "apt-get install rocm-device-libs lld-19" in err
+    assert "ROCm installation" in err and "MISSING" in err and "USE_ROCM=ON" in err
     assert "Traceback" not in err and not (tmp_path / "m.so").exists()
 
 

@@ -267,6 +267,15 @@ def cmd_compile(args) -> int:
                              resources=args.resources)
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
+    objects = compiled.info.get("code_objects")
+    if objects:
+        vgprs = sorted(o["vgprs"] for o in objects.values())
+        print(f"gfx90a code objects: {len(objects)} device kernels, VGPRs per lane median "
+              f"{vgprs[len(vgprs) // 2]} (max {vgprs[-1]}), "
+              f"{sum(o['mfma'] > 0 for o in objects.values())} on matrix cores (v_mfma), "
+              f"{sum(o['scratch_bytes'] > 0 for o in objects.values())} spilling; per "
+              f"kernel in {Path(out).name}.json (code_objects). They run on an MI250X with "
+              f"a TVM built with USE_ROCM=ON")
     unmeasured = compiled.info.get("predicted_unmeasured", [])
     if unmeasured:
         print(f"{len(unmeasured)} kernels use a schedule picked by the cost model and never "

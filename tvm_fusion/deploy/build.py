@@ -10,6 +10,8 @@ warning.
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import importlib
 import json
@@ -25,6 +27,7 @@ from tvm import relax
 
 from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
+from ..gpu.amdgpu import tir_pipeline
 from ..gpu.limits import raise_on_violations
 from ..gpu.resources import plan_resources
 from ..gpu.rocm import require_rocm_build
@@ -159,6 +162,48 @@ def _lowering_passes(target: tvm.target.Target) -> list:
 
 
 _HOST_OPS = {"nonzero": "NonZero", "unique": "Unique"}
+
+
+def _code_objects(ex, hw) -> dict | None:
+    """Each device kernel of a ROCm build: registers, LDS, scratch and matrix-core
+    instructions read back from its code object (None for other targets)."""
+    if hw.family != "rocm":
+        return None
+    from ..gpu.amdgpu import code_object_resources
+    from ..plan.gpu_resources import GpuResources
+    from ..plan.gpu_terms import waves_per_simd
+
+    mods, stack = [], [ex.mod]
+    while stack:
+        m = stack.pop()
+        mods.append(m)
+        stack.extend(m.imports)
+    out = {}
+    for m in mods:
+        if m.kind not in ("hip", "rocm"):
+            continue
+        for r in code_object_resources(m.inspect_source("asm")):
+            out[r.entry] = {"vgprs": r.unified_vgprs, "agprs": r.agprs, "sgprs": r.sgprs,
+                            "lds_bytes": r.lds_bytes, "scratch_bytes": r.scratch_bytes,
+                            "mfma": r.mfma,
+                            # by the VGPR file (CDNA2: 512 per lane, 8-register granules)
+                            "waves_per_simd": waves_per_simd(GpuResources(
+                                schedule="compiled", kernels=1,
+                                threads_per_block=r.max_workgroup_size,
+                                registers_per_thread=r.unified_vgprs,
+                                shared_bytes=r.lds_bytes))}
+    return out
+
+
+def _device_toolchain(hw):
+    """Where ``hw`` is a ROCm target, link its code objects with the toolchain found here
+    (Debian's device bitcode and ld.lld 17+, or a ROCm installation); else nothing."""
+    if hw.family != "rocm":
+        return contextlib.nullcontext()
+    from ..gpu.amdgpu import find_toolchain, toolchain
+
+    found = find_toolchain()
+    return contextlib.nullcontext() if found.missing else toolchain(found)
 
 
 def _refuse_host_calls_on_gpu(model, graph, hw) -> None:
@@ -303,8 +348,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
             funcs = _prim_funcs(mod)
         lower = tvm.transform.Sequential(_lowering_passes(tvm_target))
         try:
-            with vectorizable_exp():  # the lowering the tuner measured
-                ex = relax.build(lower(mod), target=tvm_target, relax_pipeline=None)
+            with vectorizable_exp(), _device_toolchain(hw):  # the lowering the tuner measured
+                ex = relax.build(lower(mod), target=tvm_target, relax_pipeline=None,
+                                 tir_pipeline=tir_pipeline(tvm_target))
         except Exception as e:
             raise LogError(f"building {model.source} for {hw.name} failed: "
                            f"{str(e).splitlines()[-1]}") from e
@@ -326,6 +372,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "predicted_unmeasured": sorted(
             n for n, p in (entry or {}).get("predicted", {}).items()
             if not p.get("measured", True)),
+        # gfx90a: what the AMDGPU backend allocated for each kernel of the code object
+        "code_objects": _code_objects(ex, hw),
         "logs": None if db is None else {
             "content_hash": content_hash(tdir), "target_key": target_key(hw.tvm_config),
             "model_in_manifest": entry is not None,

@@ -146,6 +146,18 @@ def load_module(path: str | Path) -> Module:
             f"{meta.name} recorded {want.get('size')} bytes, sha256 "
             f"{str(want.get('sha256'))[:12]}... (cut short or changed after it was "
             f"written); copy it again with its {meta.name}, or {rebuild}")
+    tvm_target = info.get("tvm_target")
+    kind = tvm_target.get("kind") if isinstance(tvm_target, dict) else None
+    if kind not in (None, "llvm", "c") and not tvm.runtime.enabled(kind):
+        what = {"rocm": f"gfx90a code objects for {info.get('target')} (ROCm): running them "
+                        "takes a TVM built with USE_ROCM=ON on a machine with an AMD GPU",
+                "cuda": f"CUDA kernels for {info.get('target')}: running them takes a TVM "
+                        "built with USE_CUDA=ON on a machine with an NVIDIA GPU"}
+        raise ModuleLoadError(
+            f"cannot load {path} here: it holds "
+            + what.get(kind, f"{kind} kernels, and this TVM has no {kind} runtime")
+            + f"; this TVM {tvm.__version__} has no {kind} runtime. Copy {path.name} and "
+              f"{meta.name} to that machine")
     try:
         kind = info["tvm_target"]["kind"]
         dev = tvm.cpu() if kind in ("llvm", "c") else tvm.device(kind, 0)

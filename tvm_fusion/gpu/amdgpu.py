@@ -18,6 +18,7 @@ GPU is needed to build; running needs one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -155,6 +156,9 @@ class AmdgpuResources:
     vgpr_spills, sgpr_spills : int
         Registers the backend spilled.
     max_workgroup_size, wavefront_size : int
+    mfma : int
+        Matrix-core instructions (``v_mfma_*``) in the kernel's code, as emitted
+        (unrolled loops count each copy).
     """
 
     entry: str
@@ -167,6 +171,7 @@ class AmdgpuResources:
     sgpr_spills: int
     max_workgroup_size: int
     wavefront_size: int
+    mfma: int = 0
 
     @property
     def unified_vgprs(self) -> int:
@@ -220,6 +225,29 @@ def parse_amdgpu_metadata(asm: str) -> tuple[AmdgpuResources, ...]:
     return tuple(AmdgpuResources(**{**fields, **k}) for k in out if "entry" in k)
 
 
+def mfma_counts(asm: str) -> dict[str, int]:
+    """``v_mfma_*`` instructions in each kernel's body of a code object's assembly
+    (from its ``name:`` label to its ``.Lfunc_end``)."""
+    counts, cur = {}, None
+    for line in asm.splitlines():
+        if cur is None:
+            if line.endswith(":") and not line.startswith((".", " ", "\t")):
+                cur = line[:-1]
+                counts[cur] = 0
+        elif line.startswith(".Lfunc_end"):
+            cur = None
+        elif "v_mfma" in line:
+            counts[cur] += 1
+    return counts
+
+
+def code_object_resources(asm: str) -> tuple[AmdgpuResources, ...]:
+    """Every kernel of a code object's assembly, with its matrix-core instructions."""
+    counts = mfma_counts(asm)
+    return tuple(dataclasses.replace(r, mfma=counts.get(r.entry, 0))
+                 for r in parse_amdgpu_metadata(asm))
+
+
 def amdgpu_compile(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str,
                    found: RocmToolchain | None = None
                    ) -> tuple[tuple[AmdgpuResources, ...], str]:
@@ -240,7 +268,7 @@ def amdgpu_compile(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
     with toolchain(found):
         try:
-            lib = tvm.tirx.build(mod, target=target)
+            lib = tvm.tirx.build(mod, target=target, pipeline=tir_pipeline(target))
         except Exception as err:  # noqa: BLE001  (TVM's and lld's errors, re-raised with the kernel)
             lines = str(err).strip().splitlines()
             raise GpuToolchainError(f"building {name} for {target.attrs.get('mcpu', 'rocm')} "
@@ -252,10 +280,58 @@ def amdgpu_compile(func: tvm.tirx.PrimFunc, target: tvm.target.Target, name: str
         raise GpuToolchainError(f"TVM built {name} but produced no ROCm module (got "
                                 f"{[m.kind for m in mods]})")
     asm = dev.inspect_source("asm")
-    entries = parse_amdgpu_metadata(asm)
+    entries = code_object_resources(asm)
     if not entries:
         raise GpuToolchainError(f"the code object of {name} has no amdhsa.kernels metadata")
     return entries, asm
+
+
+ROCM_PIPELINE = "tvm_fusion_rocm"
+WARP_BUFFERS = 3  # the most a kernel of ours holds: MFMA's A, B and accumulator fragments
+
+
+def _rocm_pipeline(**kwargs):
+    """TVM's TIR pipeline, changed where it cannot lower MFMA fragments (TVM 0.27):
+
+    - its ``LowerWarpMemory`` turns the first warp-scope buffer of a scope into
+      registers and leaves the next ones, which the AMDGPU code generator then refuses
+      ("Can only allocate shared or local memory inside kernel"): run once per buffer;
+    - its common-subexpression pass, which runs first, hides ``threadIdx.x`` in a
+      ``cse_v`` variable, where ``LowerWarpMemory`` needs its coefficient: off.
+    """
+    from tvm import tirx
+    from tvm.s_tir.pipeline import default_s_tir_pipeline
+
+    pipeline, host, _ = default_s_tir_pipeline(**kwargs)
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fusion.RocmTIRPipeline")
+    def without_cse(mod, ctx):
+        config = {**dict(ctx.config), "tirx.disable_cse_tir": True}
+        with tvm.transform.PassContext(opt_level=ctx.opt_level, config=config,
+                                       required_pass=list(ctx.required_pass),
+                                       disabled_pass=list(ctx.disabled_pass)):
+            return pipeline(mod)
+
+    def device():
+        return tvm.transform.Sequential(
+            [tirx.transform.LowerWarpMemory()] * WARP_BUFFERS
+            + [tirx.transform.StmtSimplify(), tirx.transform.LowerIntrin()])
+
+    return without_cse, host, device
+
+
+def tir_pipeline(target: tvm.target.Target) -> str:
+    """The TIR pipeline a build for ``target`` uses: ours for ROCm, TVM's otherwise."""
+    return ROCM_PIPELINE if target.kind.name == "rocm" else "default"
+
+
+def _register_pipeline() -> None:
+    from tvm.tirx import compilation_pipeline
+
+    compilation_pipeline.PIPELINE_MAP.setdefault(ROCM_PIPELINE, _rocm_pipeline)
+
+
+_register_pipeline()
 
 
 MAX_VGPRS = 512  # per lane on gfx90a, arch VGPRs and AGPRs together (AMD CDNA 2 ISA)

@@ -1,12 +1,12 @@
 """What building for ROCm (MI250X) needs, and a clear error when this TVM lacks it.
 
-Building a ROCm kernel takes three things: TVM's AMDGPU code generator
-(``target.build.rocm``, LLVM with the AMDGPU backend), a ROCm installation for the
-device bitcode libraries and ``ld.lld`` that link the code object (``$ROCM_PATH``,
-``hipcc`` on ``PATH`` or ``/opt/rocm``), and, to run it, TVM's ROCm runtime (a TVM
-built with ``USE_ROCM=ON``: ``tvm.runtime.enabled("rocm")``). The pip TVM has the
-first only: its LLVM has the AMDGPU backend, but there is no ROCm runtime and no ROCm
-installation on this machine.
+Building a ROCm kernel takes TVM's AMDGPU code generator (``target.build.rocm``, LLVM
+with the AMDGPU backend) and the device bitcode libraries and an ``ld.lld`` that link
+the code object: a ROCm installation (``$ROCM_PATH``, ``hipcc`` on ``PATH`` or
+``/opt/rocm``) or Debian's ``rocm-device-libs`` and ``lld-19`` (``make rocm``;
+:mod:`tvm_fusion.gpu.amdgpu`). Running it takes TVM's ROCm runtime (a TVM built with
+``USE_ROCM=ON``: ``tvm.runtime.enabled("rocm")``) and an AMD GPU. The pip TVM has the
+code generator, not the runtime: modules for MI250X build here and run there.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ class RocmSupport:
     codegen: bool
     runtime: bool
     rocm_path: str | None
+    linker: bool = False  # device bitcode and ld.lld 17+ (Debian's packages will do)
 
     @property
     def can_build(self) -> bool:
-        """Code generator and ROCm installation: kernels can be compiled and exported."""
-        return self.codegen and self.rocm_path is not None
+        """Code generator and a ROCm installation or the device bitcode and ld.lld:
+        kernels can be compiled into gfx90a code objects and exported."""
+        return self.codegen and (self.rocm_path is not None or self.linker)
 
 
 def rocm_support() -> RocmSupport:
@@ -45,7 +47,10 @@ def rocm_support() -> RocmSupport:
         found = None
     if found and not Path(found).is_dir():
         found = None
-    return RocmSupport(codegen=codegen, runtime=runtime, rocm_path=found)
+    from .amdgpu import find_toolchain  # a sibling building block
+
+    return RocmSupport(codegen=codegen, runtime=runtime, rocm_path=found,
+                       linker=not find_toolchain().missing)
 
 
 def require_rocm_build(hw) -> None:
@@ -54,7 +59,7 @@ def require_rocm_build(hw) -> None:
     The message lists what was found and what is missing, and how to get it.
     """
     sup = rocm_support()
-    if sup.can_build:
+    if sup.can_build:  # Debian's bitcode and ld.lld: compile links in amdgpu.toolchain()
         return
     have = []
     have.append("AMDGPU code generator (target.build.rocm): "
@@ -66,16 +71,15 @@ def require_rocm_build(hw) -> None:
                 + (sup.rocm_path or "MISSING"))
     from .amdgpu import APT_LINE, find_toolchain  # a sibling building block
 
-    missing = find_toolchain().missing
     have.append("gfx90a code-object linking (device bitcode, ld.lld 17+): "
-                + ("present: `tvm-fusion plan MODEL --target mi250x` compiles every kernel "
-                   "and reads its registers and LDS" if not missing
-                   else f"MISSING ({APT_LINE})"))
+                + "MISSING (" + "; ".join(find_toolchain().missing) + ")")
     raise TargetError(
         f"cannot build for {hw.name} ({hw.tvm_config.get('kind')} "
         f"{hw.tvm_config.get('mcpu', '')}) with this TVM {tvm.__version__}:\n  "
         + "\n  ".join(have)
-        + "\nexpected: a TVM built with ROCm (USE_ROCM=ON, USE_LLVM with the AMDGPU "
-          "backend) on a machine with ROCm installed. Without them, `tvm-fusion plan "
-          f"MODEL --target {hw.name}` plans the model and tvm_fusion.gpu.tir_check checks "
-          "its scheduled kernels (threads, LDS, vector widths).")
+        + f"\nfix: `{APT_LINE}` as root (or `make rocm`), or set ROCM_PATH to a ROCm "
+          "installation; the pip TVM's AMDGPU code generator then builds the code objects "
+          "(running them takes a TVM built with USE_ROCM=ON on an AMD GPU). Meanwhile "
+          f"`tvm-fusion plan MODEL --target {hw.name}` plans the model and "
+          "tvm_fusion.gpu.tir_check checks its scheduled kernels (threads, LDS, vector "
+          "widths).")

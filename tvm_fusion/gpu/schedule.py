@@ -17,6 +17,7 @@ from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
 from ..tune.vnni import CONV_BLOCK, PACKED_BLOCK, schedule_conv_vnni, schedule_packed_vnni
 from .int8 import PackedInt8Dp4a
+from .mfma import RocmMfmaMatmul
 from .tir_check import check_func
 
 
@@ -78,7 +79,9 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, 
     if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
     # an integer GEMM on its packed weight: DP4A (gpu/int8.py); dlight has no rule for it
-    rules = (PackedInt8Dp4a(), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+    # an fp16 GEMM on CDNA: matrix cores (gpu/mfma.py); dlight tensorizes for CUDA only
+    rules = (PackedInt8Dp4a(), RocmMfmaMatmul(), dl.gpu.Matmul(), dl.gpu.GEMV(),
+             dl.gpu.Reduction(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback())
     updated = {}
     with target:
