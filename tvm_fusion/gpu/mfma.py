@@ -25,8 +25,8 @@ from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline
                                          get_reduction_blocks)
 from tvm.target import Target
 
-MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")  # CDNA 1-3
-MIN_EXTENT = 64
+from ..plan.gpu_resources import MFMA_ARCHS, WMMA_MIN_EXTENT as MIN_EXTENT
+
 WAVE = 64  # lanes of a CDNA wavefront: one MFMA fragment is spread over a whole wave
 
 _INTRINS: dict[str, str] = {}

@@ -115,7 +115,8 @@ def require_compiler(hw) -> None:
 
 
 # dlight's rule -> the schedule class of plan.gpu_resources
-RULE_SCHEDULE = {"Matmul": "gemm", "PackedInt8Dp4a": "gemm", "GEMV": "reduction",
+RULE_SCHEDULE = {"Matmul": "gemm", "RocmMfmaMatmul": "gemm", "PackedInt8Dp4a": "gemm",
+                 "GEMV": "reduction",
                  "Reduction": "reduction", "GeneralReduction": "reduction",
                  "Fallback": "elementwise"}
 
@@ -143,8 +144,10 @@ def compile_group(func: tvm.tirx.PrimFunc, hw, name: str, rule: str = "") -> Gpu
     schedule = RULE_SCHEDULE.get(rule, "compiled")
     if len(entries) > 1:
         schedule = "split"
-    elif schedule == "gemm" and any(m in asm for m in ("wmma", "v_mfma")):
+    elif schedule == "gemm" and "wmma" in asm:
         schedule = "gemm-tensorcore"
+    elif schedule == "gemm" and "v_mfma" in asm:
+        schedule = "gemm-mfma"
     return GpuResources(schedule=schedule, kernels=max(len(entries), 1),
                         threads_per_block=threads, registers_per_thread=regs,
                         shared_bytes=shared, spill_bytes=spill, source=compiler_source(hw))
@@ -262,7 +265,7 @@ def plan_with_compiled_resources(graph, target, *, planner: str = "cost", rounds
     if failed:
         note += f"; not compiled (estimate kept): {'; '.join(failed[:3])}"
     by_name = {r.name: r for r in rows}
-    keep = ("registers", "predicted_registers", "shared_bytes", "spill_bytes",
+    keep = ("schedule", "registers", "predicted_registers", "shared_bytes", "spill_bytes",
             "threads_per_block", "kernels", "blocks_per_unit", "occupancy", "waves_per_simd")
     groups = tuple(dataclasses.replace(g, resources={
         "source": compiler_source(hw), **{k: getattr(by_name[g.name], k) for k in keep}})

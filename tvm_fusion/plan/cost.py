@@ -86,7 +86,8 @@ from ..graph import OpGraph
 from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak, is_int8, reaches_int8_unit
-from .gpu_resources import GPU_REGISTER_TOLERANCE, GpuResources, _is_conv, gpu_resources  # noqa: F401
+from .gpu_resources import (GEMM_SCHEDULES, GPU_REGISTER_TOLERANCE, GpuResources,  # noqa: F401
+                            _is_conv, gpu_resources)
 from .op_info import OpInfo, graph_info, tvm_bits
 
 ELEM_TILE = 256    # elements per independent tile of an elementwise op (one 256-thread block)
@@ -439,7 +440,7 @@ class AnalyticalCostModel:
     def _gpu_tiles(self, members, res, tiles: int) -> int:
         """Thread blocks of dlight's schedule of the group (:mod:`.gpu_terms`)."""
         contractions = [n for n in members if self.infos[n].role == "contraction"]
-        if res.schedule in ("gemm", "gemm-tensorcore") and len(contractions) == 1:
+        if res.schedule in GEMM_SCHEDULES and len(contractions) == 1:
             nid = contractions[0]
             node = self.graph.nodes[nid]
             shape = [max(int(d), 1) for d in node.shape] or [1]
@@ -448,7 +449,7 @@ class AnalyticalCostModel:
                 return gemm_tiles(1, self.infos[nid].out_elems // cols, cols, res.schedule)
             rows = shape[-2] if len(shape) >= 2 else 1
             return gemm_tiles(math.prod(shape[:-2]), rows, shape[-1], res.schedule)
-        if res.schedule in ("elementwise", "gemm", "gemm-tensorcore"):
+        if res.schedule == "elementwise" or res.schedule in GEMM_SCHEDULES:
             return max(math.ceil(self.infos[n].out_elems / res.threads_per_block)
                        for n in members)
         if res.schedule == "reduction":  # one block per row; prologues are inlined

@@ -26,6 +26,12 @@ WMMA_BLOCK = (16, 32)            # dlight's WMMA path: 16 warps (threadIdx.y) x 
 WMMA_TILE = (128, 128, 64)       # block tile M, N, K: 2 x 4 wmma 16x16x16 per dim, 4 k steps
 WMMA_PAD = 8                     # storage_align offset of each staged row (fp16 elements)
 WMMA_STAGES = 2                  # its software pipeline double-buffers A and B
+# gpu/mfma.py on CDNA: 4 waves x 64 lanes, block tile 64 x 64 x 32, A and B staged in LDS
+# and the fp32 accumulators returned through it (8 + 16 KiB); same extent threshold
+MFMA_THREADS = 256
+MFMA_SHARED = (64 + 64) * 32 * 2 + 64 * 64 * 4
+MFMA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942")  # CDNA 1-3
+GEMM_SCHEDULES = ("gemm", "gemm-tensorcore", "gemm-mfma")
 # Registers per thread: calibrated on nvcc 13.0's ptxas for sm_80 and sm_90 against the
 # kernels of the embedded model and MiniLM-L3 (tests/test_gpu.py re-checks them):
 # simt GEMM 56-72 (16 accumulators, 2 x 8 operand values, addressing), WMMA GEMM 116
@@ -35,6 +41,7 @@ WMMA_STAGES = 2                  # its software pipeline double-buffers A and B
 # (GPU_REGISTER_TOLERANCE), the Fallback ones are upper bounds.
 GEMM_REGISTERS = 64
 WMMA_REGISTERS = 112
+MFMA_REGISTERS = 52              # gfx90a: 48-50 VGPRs (MiniLM-L3's GEMMs); 81-95 with erf
 REDUCE_REGISTERS = 24
 FALLBACK_REGISTERS = 32          # an upper bound: plain elementwise loops use 8-32
 SPLIT_REGISTERS = 64             # an upper bound: a plain-loop GEMM stage uses up to 64
@@ -48,8 +55,9 @@ class GpuResources:
     Attributes
     ----------
     schedule : str
-        ``gemm`` (dlight Matmul, SIMT), ``gemm-tensorcore`` (dlight's WMMA path: fp16
-        operands, every extent > 64, sm_70+), ``reduction`` (GEMV / Reduction /
+        ``gemm`` (dlight Matmul, SIMT), ``gemm-mfma`` (CDNA matrix cores:
+        :class:`tvm_fusion.gpu.mfma.RocmMfmaMatmul`), ``gemm-tensorcore`` (dlight's
+        WMMA path: fp16 operands, every extent > 64, sm_70+), ``reduction`` (GEMV / Reduction /
         GeneralReduction: one block per row), ``elementwise`` (Fallback) or ``split``:
         dlight has no rule for the fused group (a contraction with a reduction epilogue,
         two contractions), so Fallback emits one plain kernel per stage and the fusion the
@@ -160,6 +168,10 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
         return GpuResources(schedule="gemm-tensorcore", kernels=1, threads_per_block=ty * tx,
                             registers_per_thread=WMMA_REGISTERS,
                             shared_bytes=stages * (bm + bn) * (bk + pad) * 2)
+    if (dtype == "float16" and str(hw.tvm_config.get("mcpu", "")) in MFMA_ARCHS
+            and hw.family == "rocm" and min(i_ext, n_out, info.reduce_len) > WMMA_MIN_EXTENT):
+        return GpuResources(schedule="gemm-mfma", kernels=1, threads_per_block=MFMA_THREADS,
+                            registers_per_thread=MFMA_REGISTERS, shared_bytes=MFMA_SHARED)
     by, bx = DLIGHT_GEMM_BLOCK
     my, mx, mk = DLIGHT_GEMM_MICRO
     nbytes = max(tvm_bits(dtype) // 8, 1)

@@ -59,6 +59,7 @@ CDNA_MAX_GROUPS = 16        # workgroups of 2+ waves per CU: 16 barriers (getMax
 DRAM_LATENCY_NS = 500.0
 SIMT_TILE = (32, 64)       # rows I x columns J of C per block: dlight Matmul on cuda/rocm
 WMMA_BLOCK_TILE = (128, 128)
+MFMA_BLOCK_TILE = (64, 64)  # gpu/mfma.py: four waves of 2 x 2 MFMA 16x16 fragments
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +81,9 @@ class GpuOccupancy:
 
 def gemm_tiles(batch: int, rows: int, cols: int, schedule: str) -> int:
     """Thread blocks of dlight's Matmul over C[batch, rows, cols] (``gemm`` or
-    ``gemm-tensorcore``)."""
-    ti, tj = WMMA_BLOCK_TILE if schedule == "gemm-tensorcore" else SIMT_TILE
+    ``gemm-tensorcore``, ``gemm-mfma``)."""
+    ti, tj = {"gemm-tensorcore": WMMA_BLOCK_TILE,
+              "gemm-mfma": MFMA_BLOCK_TILE}.get(schedule, SIMT_TILE)
     return max(batch, 1) * math.ceil(max(rows, 1) / ti) * math.ceil(max(cols, 1) / tj)
 
 

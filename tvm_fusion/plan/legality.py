@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from ..graph import OpGraph
 from .cost import gpu_resources
+from .gpu_resources import GEMM_SCHEDULES
 from .int8 import VNNI_CONV
 from .op_info import OpInfo, node_name
 
@@ -153,7 +154,7 @@ def gpu_violation(model, members) -> str | None:
                 f"per kernel: {', '.join(node_name(model.graph.nodes[n]) for n in reductions)}")
     est = gpu_resources(model, members)
     res = model.gpu_resources(members) if hasattr(model, "compiled") else est
-    if res.source and res.estimated_schedule in ("gemm", "gemm-tensorcore") and \
+    if res.source and res.estimated_schedule in GEMM_SCHEDULES and \
             res.schedule == "elementwise":  # compiled: dlight had no GEMM rule for it
         return (f"dlight (the default {model.hw.family} schedule) schedules this GEMM group "
                 f"with its Fallback rule: compiled ({res.source}) it is untiled plain loops "
