@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fusion as tf
 from tvm_fusion.deploy.build import sidecar_path
 from tvm_fusion.embedded import build_embedded_model
-from tvm_fusion.errors import ModuleLoadError
+from tvm_fusion.errors import ModelImportError, ModuleLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,6 +170,128 @@ def test_compile_into_an_unwritable_place_is_refused_before_building(tmp_path):
     refused(cli("compile", "embedded", "-o", tmp_path, cwd=tmp_path), "is a directory")
     refused(cli("plan", "embedded", "--json", tmp_path / "afile" / "plan.json", cwd=tmp_path),
             "--json", "afile/plan.json", "pass a path in a directory you can write")
+
+
+# ---- model files whose external data leaves their folder --------------------------------
+
+def _external_onnx(path: Path, location: str, **where: int) -> Path:
+    """A MatMul model whose 16x8 fp32 weight ``w`` is external data at ``location``."""
+    w = numpy_helper.from_array(np.ones((16, 8), "float32"), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": location, **where}.items():
+        entry = w.external_data.add()
+        entry.key, entry.value = key, str(value)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    """A file two folders above the models (``models/v1/``), which no model may read."""
+    (tmp_path / "secret.bin").write_bytes(np.ones((16, 8), "float32").tobytes())
+    (tmp_path / "models" / "v1").mkdir(parents=True)
+    return tmp_path / "secret.bin"
+
+
+@pytest.mark.parametrize("location,says", [
+    ("../../secret.bin", "outside the model's folder"),
+    ("ABS", "an absolute path"),
+    ("link.bin", "a link to SECRET, outside the model's folder"),
+])
+def test_external_data_outside_the_model_folder_is_refused(tmp_path, secret, location, says):
+    folder = tmp_path / "models" / "v1"
+    (folder / "link.bin").symlink_to(secret)
+    location = str(secret) if location == "ABS" else location
+    model = _external_onnx(folder / "m.onnx", location)
+    err = refused(cli("plan", model, "--resources", "estimated", cwd=tmp_path),
+                  "tensor 'w'", repr(location), says.replace("SECRET", str(secret)),
+                  "keep the weights files inside the model's folder")
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("where,says", [
+    ({"offset": 500, "length": 64}, "at offset 500, length 64, past the end of that file "
+                                    "(512 bytes)"),
+    ({"length": 4096}, "at offset 0, length 4096, past the end"),
+    ({"offset": 4096}, "at offset 4096, length to the end, past the end"),
+    ({"offset": 64}, "448 bytes, but its shape [16, 8] of FLOAT takes 512"),
+    ({"offset": "-8"}, "with offset '-8', not a whole number of bytes"),
+    ({"length": "lots"}, "with length 'lots', not a whole number of bytes"),
+])
+def test_external_data_past_the_end_of_its_file_is_refused(tmp_path, where, says):
+    np.ones((16, 8), "float32").tofile(tmp_path / "w.bin")
+    model = _external_onnx(tmp_path / "m.onnx", "w.bin", **where)
+    with pytest.raises(ModelImportError) as info:
+        tf.import_model(model)
+    assert "tensor 'w' keeps its data in 'w.bin'" in str(info.value)
+    assert says in str(info.value) and "save the model and its data again" in str(info.value)
+
+
+def test_external_data_past_the_end_on_the_command_line(tmp_path):
+    np.ones((16, 8), "float32").tofile(tmp_path / "w.bin")
+    model = _external_onnx(tmp_path / "m.onnx", "w.bin", offset=500, length=64)
+    refused(cli("plan", model, "--resources", "estimated", cwd=tmp_path), "m.onnx",
+            "tensor 'w'", "'w.bin'", "past the end of that file (512 bytes)")
+
+
+@pytest.mark.parametrize("location,says", [
+    ("missing.bin", "does not exist in"), ("", "names no file"),
+    (".", "not a regular file"), ("fifo", "not a regular file"), ("a\0b", "not a file name"),
+])
+def test_external_data_that_is_not_a_file_is_refused(tmp_path, location, says):
+    os.mkfifo(tmp_path / "fifo")  # reading it would block: it must never be opened
+    model = _external_onnx(tmp_path / "m.onnx", location)
+    with pytest.raises(ModelImportError, match="tensor 'w'") as info:
+        tf.import_model(model)
+    assert says in str(info.value)
+
+
+def test_external_data_inside_the_folder_is_read(tmp_path):
+    """Two tensors in one file at their offsets, as exporters write them, and a link
+    that stays inside the folder."""
+    w = np.arange(128, dtype="float32").reshape(16, 8)
+    (tmp_path / "all.bin").write_bytes(b"\0" * 64 + w.tobytes())
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "alias.bin").symlink_to(tmp_path / "all.bin")
+    for name, location in (("a", "all.bin"), ("b", "sub/alias.bin")):
+        model = _external_onnx(tmp_path / f"{name}.onnx", location, offset=64, length=512)
+        got = tf.import_model(model).onnx_model.graph.initializer
+        assert np.array_equal(numpy_helper.to_array(got[0]), w)
+
+
+def test_nothing_outside_the_model_folder_is_opened(tmp_path, secret, monkeypatch):
+    """Every tensor is checked before any data file is opened: a bad second tensor
+    leaves the good first one unread, and the secret is never opened."""
+    folder = tmp_path / "models" / "v1"
+    np.ones((16, 8), "float32").tofile(folder / "w.bin")
+    model = onnx.load(_external_onnx(folder / "m.onnx", "w.bin"), load_external_data=False)
+    bad = model.graph.initializer.add()
+    bad.CopyFrom(model.graph.initializer[0])
+    bad.name, bad.external_data[0].value = "w2", "../../secret.bin"
+    onnx.save(model, folder / "two.onnx")
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(str(p)) or
+                        real_open(p, *a, **k))
+    with pytest.raises(ModelImportError, match="tensor 'w2'"):
+        tf.import_model(folder / "two.onnx")
+    assert not [p for p in opened if p.endswith(".bin")], opened
+
+
+def test_run_compare_with_external_data_behind_a_link_is_refused(work, tmp_path, secret):
+    folder = tmp_path / "models" / "v1"
+    (folder / "link.bin").symlink_to(secret)
+    model = _external_onnx(folder / "c.onnx", "link.bin")
+    refused(cli("run", work / "m.so", "--compare", model, "--repeat", "1", cwd=tmp_path),
+            "--compare", "c.onnx", "tensor 'w'", f"a link to {secret}")
 
 
 # ---- run --inputs / --compare / --repeat -----------------------------------------------

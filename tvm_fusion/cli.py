@@ -23,6 +23,7 @@ from .demo import run_demo
 from .deploy.build import check_output_path
 from .errors import TvmFusionError
 from .frontend.consts import apply_consts, parse_const
+from .frontend.external import load_external_data
 from .gpu.precision import apply_precision
 from .gpu.resources import RESOURCE_MODES, plan_resources
 from .model_spec import load_model_spec
@@ -358,10 +359,10 @@ def _reference_model(path: str, mod, consts: list[str] | None = None):
                              "module was compiled from)")
     try:
         model = onnx.load(path, load_external_data=False)
-        onnx.external_data_helper.load_external_data_for_model(model, str(Path(path).parent))
     except (DecodeError, ValueError, OSError, RuntimeError) as e:
         raise TvmFusionError(f"--compare {path} is not an ONNX model ({e}); pass the .onnx "
                              "file the module was compiled from") from None
+    load_external_data(model, Path(path).parent, f"--compare {path}")
     if not model.graph.output:
         raise TvmFusionError(f"--compare {path} is not an ONNX model (no graph outputs); "
                              "pass the .onnx file the module was compiled from")

@@ -19,6 +19,7 @@ from tvm_fusion.errors import ModelImportError
 
 from .consts import apply_consts
 from .convert import check_supported, convert, struct_tensor_infos
+from .external import load_external_data
 from .fold import fix_input_shapes, fold_constants
 from .rnn import expand_recurrent
 from .rewrite import rewritten_for_import
@@ -151,11 +152,8 @@ def _load(model: ModelSource, name: str | None) -> tuple[bytes, onnx.ModelProto,
             raise ModelImportError(f"{path} is not a file (expected an .onnx file)")
         raw = path.read_bytes()
         proto = _parse(raw, str(path))
-        try:
-            # Models over 2 GB keep their weights next to the .onnx file.
-            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
-        except (OSError, ValueError) as err:
-            raise ModelImportError(f"cannot read the external weights of {path}: {err}") from err
+        # Models over 2 GB keep their weights next to the .onnx file.
+        load_external_data(proto, path.parent, source)
         return raw, proto, source
     raise ModelImportError(
         "expected a path, onnx.ModelProto or bytes for the model, got "
