@@ -9,11 +9,15 @@ with a directory in it for ``offline export``, a model with dynamic dims for ``r
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -26,6 +30,8 @@ import tvm_fusion as tf
 from tvm_fusion.deploy.build import sidecar_path
 from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.errors import ModelImportError, ModuleLoadError
+from tvm_fusion.offline import bundle as offline
+from tvm_fusion.tune.measure import MeasureError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -418,6 +424,111 @@ def test_offline_export_of_a_model_path_with_directories_writes_inside_the_bundl
     bundle = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
     libs = [m["lib"] for m in bundle["models"]]
     assert len(set(libs)) == 2 and all((tmp_path / "bundle" / lib).is_file() for lib in libs)
+
+
+# ---- offline bundle archives -------------------------------------------------------------
+
+def _bundle_tar(path: Path, *extra: tarfile.TarInfo, top: str = "b") -> Path:
+    """A tar of an empty but valid bundle (directory ``top``), then ``extra`` members
+    (regular ones carry ``size`` zero bytes)."""
+    import tvm
+
+    doc = {"schema": offline.BUNDLE_SCHEMA, "version": offline.BUNDLE_VERSION,
+           "tvm": tvm.__version__, "target": "host", "device": "cpu", "models": [],
+           "kernels": []}
+    files = {f"{top}/bundle.json": json.dumps(doc).encode(), f"{top}/results.jsonl": b""}
+    with tarfile.open(path, "w:gz" if path.name.endswith("gz") else "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for info in extra:
+            tar.addfile(info, io.BytesIO(b"\0" * info.size) if info.isreg() else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int = 0):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, size
+    return info
+
+
+def test_offline_import_of_a_bundle_archive(tmp_path):
+    archive = _bundle_tar(tmp_path / "b.tar.gz")
+    proc = cli("offline", "import", archive, "--logs", "logs", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 verified records written" in proc.stdout
+    assert not list((tmp_path / ".tmp").iterdir())  # the extracted copy is gone
+
+
+@pytest.mark.parametrize("member,says", [
+    (_member("b/../../evil"), "'b/../../evil' would be extracted to"),
+    (_member("/tmp/tvm-fusion-evil"), "member '/tmp/tvm-fusion-evil' has an absolute path"),
+    (_member("b/link", tarfile.SYMTYPE, "../../evil"),
+     "member 'b/link' is a symbolic link to '../../evil'"),
+    (_member("b/abs", tarfile.SYMTYPE, "/etc/passwd"), "is a symbolic link to '/etc/passwd'"),
+    (_member("b/hard", tarfile.LNKTYPE, "../../evil"), "member 'b/hard' is a hard link"),
+    (_member("b/inside", tarfile.SYMTYPE, "bundle.json"), "is a symbolic link"),
+    (_member("b/null", tarfile.CHRTYPE), "member 'b/null' is a device or FIFO"),
+    (_member("b/fifo", tarfile.FIFOTYPE), "member 'b/fifo' is a device or FIFO"),
+])
+def test_a_bundle_archive_member_that_leaves_it_is_refused(tmp_path, monkeypatch, member,
+                                                          says):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    (tmp_path / "in").mkdir()
+    archive = _bundle_tar(tmp_path / "in" / "b.tar", member)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(MeasureError) as info:
+        offline.import_measurements(archive, tmp_path / "in" / "logs")
+    text = str(info.value)
+    assert says in text and "b.tar" in text and "\n" not in text
+    assert "pack its directory (tar czf B.tar.gz B)" in str(info.value)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing left, here or outside
+    assert not Path("/tmp/tvm-fusion-evil").exists()
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
+def test_a_bundle_archive_cut_short_in_a_member_is_refused(tmp_path, suffix):
+    """The last member's header declares 4096 bytes; the archive ends after 100."""
+    archive = _bundle_tar(tmp_path / f"b{suffix}", _member("b/kernels/k000.so", size=4096))
+    data = gzip.decompress(archive.read_bytes()) if suffix == ".tar.gz" else \
+        archive.read_bytes()
+    with tarfile.open(archive) as tar:
+        start = tar.getmember("b/kernels/k000.so").offset_data
+    cut = data[:start + 100]
+    archive.write_bytes(gzip.compress(cut) if suffix == ".tar.gz" else cut)
+    err = refused(cli("offline", "import", archive, "--logs", "logs", cwd=tmp_path),
+                  f"b{suffix} is damaged or cut short at member 'b/kernels/k000.so'",
+                  "copy the archive again")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("content,says", [
+    (b"not a tar at all\n", "is not a tar archive"),
+    (b"", "is not a tar archive"),
+    (None, "has no bundle.json at its top"),
+])
+def test_a_bundle_archive_that_is_no_bundle_is_refused(tmp_path, content, says):
+    archive = tmp_path / "b.tar"
+    if content is None:
+        with tarfile.open(archive, "w") as tar:
+            tar.addfile(_member("x/notes.txt"), io.BytesIO())
+    else:
+        archive.write_bytes(content)
+    with pytest.raises(MeasureError, match=says):
+        offline.import_measurements(archive, tmp_path / "logs")
+
+
+def test_offline_import_of_a_missing_or_foreign_bundle(tmp_path):
+    refused(cli("offline", "import", "nope", "--logs", "logs", cwd=tmp_path),
+            "offline bundle nope: no such directory or file")
+    (tmp_path / "d").mkdir()
+    refused(cli("offline", "import", "d", "--logs", "logs", cwd=tmp_path),
+            "d/bundle.json cannot be read", "tvm-fusion offline export")
+    (tmp_path / "d" / "bundle.json").write_text("[1, 2]")
+    refused(cli("offline", "import", "d", "--logs", "logs", cwd=tmp_path),
+            "is not a bundle of this tvm-fusion", "export it again")
 
 
 # ---- the last resort -------------------------------------------------------------------

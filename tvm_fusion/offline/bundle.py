@@ -21,6 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
+import tempfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -330,6 +335,118 @@ def read_results(bundle_dir: str | os.PathLike) -> tuple[dict, dict]:
     return models, kernels
 
 
+TAR_FIX = ("a bundle archive holds the bundle's regular files and directories only: "
+           "export the bundle again and pack its directory (tar czf B.tar.gz B)")
+
+
+@contextmanager
+def unpacked_bundle(path: str | os.PathLike) -> Iterator[Path]:
+    """The bundle directory at ``path``: itself, or a tar archive's, extracted safely.
+
+    An archive is untrusted: it is extracted with tarfile's ``data`` filter into a
+    temporary directory (removed on exit), after refusing any member that is not a
+    regular file or a directory (links, devices, FIFOs) or has an absolute name, so
+    nothing is written outside that directory.
+
+    Parameters
+    ----------
+    path : path
+        A bundle directory, or a ``.tar`` / ``.tar.gz`` of one (``bundle.json`` at its
+        top or in its one top-level directory).
+
+    Yields
+    ------
+    Path
+        The directory holding ``bundle.json``.
+
+    Raises
+    ------
+    MeasureError
+        A path that is neither; an archive that cannot be read, is cut short, or has a
+        member refused (named, with why).
+    """
+    path = Path(path)
+    if path.is_dir():
+        yield path
+        return
+    if not path.is_file():
+        raise MeasureError(f"offline bundle {path}: no such directory or file; pass the "
+                           "directory `tvm-fusion offline export -o` wrote, or a tar of it")
+    with tempfile.TemporaryDirectory(prefix="tvm-fusion-bundle-") as tmp:
+        yield _bundle_root(_extract(path, Path(tmp)), path)
+
+
+def _extract(archive: Path, dest: Path) -> Path:
+    """Every member of ``archive`` into ``dest``, each checked before it is written."""
+    try:
+        tar = tarfile.open(archive)  # any compression tarfile reads
+    except (tarfile.TarError, OSError, EOFError, zlib.error):
+        raise MeasureError(f"offline bundle {archive} is not a tar archive (plain, gzip, "
+                           "bzip2 or xz); pass the bundle directory or a tar of it") from None
+    with tar:
+        member = None
+        try:
+            while (member := tar.next()) is not None:
+                tar.extract(member, dest, filter=_bundle_filter)
+        except tarfile.FilterError as e:
+            raise MeasureError(f"offline bundle {archive}: {e}; refused, {TAR_FIX}") from None
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            after = f" at member {member.name!r}" if member is not None else ""
+            why = " ".join(str(e).split())  # one line
+            raise MeasureError(f"offline bundle {archive} is damaged or cut short{after} "
+                               f"({why}); copy the archive again") from None
+    return dest
+
+
+class _NotAFileError(tarfile.FilterError):
+    """A link, device or FIFO: no bundle holds one (and links are where tarfile's data
+    filter was bypassed before 3.11.13, CVE-2025-4517)."""
+
+    def __init__(self, tarinfo: tarfile.TarInfo, kind: str):
+        self.tarinfo = tarinfo
+        super().__init__(f"member {tarinfo.name!r} is {kind}")
+
+
+def _bundle_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """tarfile's ``data`` filter, after refusing what a bundle never holds."""
+    if member.name.startswith(("/", os.sep)):  # the data filter strips it: refuse it
+        raise tarfile.AbsolutePathError(member)
+    if member.issym() or member.islnk():
+        kind = "a symbolic link" if member.issym() else "a hard link"
+        raise _NotAFileError(member, f"{kind} to {member.linkname!r}")
+    if not (member.isreg() or member.isdir()):
+        raise _NotAFileError(member, "a device or FIFO, not a file")
+    return tarfile.data_filter(member, dest)
+
+
+def _bundle_root(dest: Path, archive: Path) -> Path:
+    """The directory of ``bundle.json`` in an extracted archive: its top or its one
+    top-level directory."""
+    if (dest / "bundle.json").is_file():
+        return dest
+    tops = [p for p in dest.iterdir() if p.is_dir() and (p / "bundle.json").is_file()]
+    if len(tops) != 1:
+        raise MeasureError(f"offline bundle {archive} has no bundle.json at its top or in "
+                           f"one top-level directory; {TAR_FIX}")
+    return tops[0]
+
+
+def _read_bundle(bundle_dir: Path) -> dict:
+    """``bundle.json``, checked to be one of this tvm-fusion and TVM."""
+    try:
+        bundle = json.loads((bundle_dir / "bundle.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MeasureError(f"{bundle_dir / 'bundle.json'} cannot be read ({e}); pass a "
+                           "directory written by `tvm-fusion offline export`") from None
+    if not isinstance(bundle, dict) or bundle.get("schema") != BUNDLE_SCHEMA or \
+            bundle.get("tvm") != tvm.__version__:
+        got = bundle if isinstance(bundle, dict) else {}
+        raise MeasureError(f"{bundle_dir} is not a bundle of this tvm-fusion and TVM "
+                           f"{tvm.__version__} (schema {got.get('schema')!r}, TVM "
+                           f"{got.get('tvm')!r}); export it again")
+    return bundle
+
+
 def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, *,
                         results: str | os.PathLike | None = None, keep: int = 4
                         ) -> ImportSummary:
@@ -338,7 +455,8 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     Parameters
     ----------
     bundle_dir : path
-        A bundle from :func:`export_bundle`.
+        A bundle from :func:`export_bundle`, or a tar archive of one (extracted safely
+        into a temporary directory, see :func:`unpacked_bundle`).
     logs : path
         Log directory (created); the records go to ``logs/<target>/``, the plans to its
         manifest, as ``tune`` writes them.
@@ -351,12 +469,16 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
     -------
     ImportSummary
     """
-    bundle_dir = Path(bundle_dir)
-    bundle = json.loads((bundle_dir / "bundle.json").read_text())
-    if bundle.get("schema") != BUNDLE_SCHEMA or bundle.get("tvm") != tvm.__version__:
-        raise MeasureError(f"{bundle_dir} is not a bundle of this tvm-fusion and TVM "
-                           f"{tvm.__version__} (schema {bundle.get('schema')!r}, TVM "
-                           f"{bundle.get('tvm')!r}); export it again")
+    name = Path(bundle_dir).name.split(".tar")[0].removesuffix(".tgz")
+    with unpacked_bundle(bundle_dir) as where:
+        return _import_measurements(where, name, logs, results, keep)
+
+
+def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
+                         ) -> ImportSummary:
+    """:func:`import_measurements` of a bundle directory (``name``: what the manifest
+    calls it)."""
+    bundle = _read_bundle(bundle_dir)
     hw = load_target(bundle["target"])
     models, kernels = read_results(results or bundle_dir)
     tdir = target_dir(logs, hw.name)
@@ -427,7 +549,7 @@ def import_measurements(bundle_dir: str | os.PathLike, logs: str | os.PathLike, 
         # the kernels with a record (``logs show`` / ``prune`` read which model uses which)
         entry["kernels"] = {name: {"workload": keys[lib], "calls": calls}
                             for name, calls, lib in p["tasks"] if keys[lib] in stored}
-        entry["offline"] = {"bundle": bundle_dir.name, "device": _device_name(models)}
+        entry["offline"] = {"bundle": name, "device": _device_name(models)}
     write_manifest(tdir, manifest)
     return ImportSummary(records=n_rec, kernels_improved=improved, rejected=rejected,
                          models=models)

@@ -73,7 +73,9 @@ def add_parser(sub) -> None:
                     help="keep each graph as converted (no graph simplification)")
     ex.set_defaults(func=cmd_export)
     im = osub.add_parser("import", help="write a bundle's verified timings as records")
-    im.add_argument("bundle", type=Path, metavar="DIR")
+    im.add_argument("bundle", type=Path, metavar="DIR",
+                    help="the bundle directory, or a tar archive of it (.tar, .tar.gz: "
+                         "extracted into a temporary directory, links and devices refused)")
     im.add_argument("--logs", required=True, type=Path, help="log directory to write")
     im.add_argument("--results", type=Path, default=None,
                     help="directory of the device's results.jsonl (default: the bundle)")
