@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fusion as tf
 from tvm_fusion.deploy.build import sidecar_path
 from tvm_fusion.embedded import build_embedded_model
-from tvm_fusion.errors import ModelImportError, ModuleLoadError
+from tvm_fusion.errors import CostModelError, ModelImportError, ModuleLoadError
 from tvm_fusion.offline import bundle as offline
 from tvm_fusion.tune.measure import MeasureError
 
@@ -424,6 +424,113 @@ def test_offline_export_of_a_model_path_with_directories_writes_inside_the_bundl
     bundle = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
     libs = [m["lib"] for m in bundle["models"]]
     assert len(set(libs)) == 2 and all((tmp_path / "bundle" / lib).is_file() for lib in libs)
+
+
+# ---- cost-model files --------------------------------------------------------------------
+
+SHIPPED_MODEL = ROOT / "tuning_logs" / "x86_zen4" / "costmodel.json"
+
+
+def _cost_model(folder: Path, name: str, *, model: bytes | None = None,
+                meta: str | bytes | dict | None = None) -> Path:
+    """A copy of the shipped x86_zen4 cost model, its bytes or its sidecar replaced
+    (``meta``: the sidecar's text or bytes, or fields to change in it)."""
+    path = folder / name
+    path.write_bytes(SHIPPED_MODEL.read_bytes() if model is None else model)
+    shipped = json.loads(SHIPPED_MODEL.with_name(SHIPPED_MODEL.name + ".meta.json").read_text())
+    if meta is None or isinstance(meta, dict):
+        meta = json.dumps({**shipped, **(meta or {})})
+    path.with_name(name + ".meta.json").write_bytes(
+        meta if isinstance(meta, bytes) else meta.encode())
+    return path
+
+
+def _other_booster(folder: Path) -> bytes:
+    """An xgboost model of 3 features, not the cost model's 185."""
+    import xgboost as xgb
+
+    booster = xgb.train({}, xgb.DMatrix(np.zeros((2, 3)), label=[0, 1]), 1)
+    booster.save_model(str(folder / "three.json"))
+    return (folder / "three.json").read_bytes()
+
+
+COST_MODEL_DAMAGE = {
+    "truncated model": ({"model": SHIPPED_MODEL.read_bytes()[:100_000]},
+                        "is not an xgboost model (Expecting"),
+    "text model": ({"model": b"hello\n"}, "is not an xgboost model"),
+    "random bytes": ({"model": bytes(np.random.default_rng(0).integers(0, 256, 3000,
+                                                                       dtype=np.uint8))},
+                     "is not an xgboost model"),
+    "empty object": ({"model": b"{}"}, "is not an xgboost model"),
+    "other features": ({"model": "OTHER"}, "takes 3 features, this tvm-fusion computes"),
+    "sidecar cut": ({"meta": '{"schema": "tvm-f'}, "is not valid JSON"),
+    "sidecar empty": ({"meta": ""}, "is not valid JSON"),
+    "sidecar list": ({"meta": "[1, 2]"}, "holds a list, not an object"),
+    "sidecar bytes": ({"meta": b"\xff\xfe{"}, "is not valid JSON"),
+    "hardware rows": ({"meta": {"hardware_rows": [[1, 2, 3]]}}, "'hardware_rows' is not a "
+                      "list of rows of 13 numbers"),
+    "params list": ({"meta": {"params": [1]}}, "'params' is a list, expected an object"),
+    "params value": ({"meta": {"params": {"eta": "x"}}}, "xgboost refuses its 'params'"),
+    "targets": ({"meta": {"targets": [1]}}, "'targets' holds other things than names"),
+}
+
+
+@pytest.mark.parametrize("damage", list(COST_MODEL_DAMAGE))
+def test_a_damaged_cost_model_is_refused_naming_the_file(tmp_path, damage):
+    from tvm_fusion.costmodel.model import load_model
+
+    kwargs, says = COST_MODEL_DAMAGE[damage]
+    if kwargs.get("model") == "OTHER":
+        kwargs = {"model": _other_booster(tmp_path)}
+    path = _cost_model(tmp_path, "cm.json", **kwargs)
+    with pytest.raises(CostModelError) as info:
+        load_model(path)
+    text = str(info.value)
+    assert says in text and "cm.json" in text and "\n" not in text
+    assert "re-train" in text
+
+
+def test_tune_with_a_damaged_cost_model_is_refused_before_anything_is_written(tmp_path):
+    cut = _cost_model(tmp_path, "cut.json", model=SHIPPED_MODEL.read_bytes()[:5000])
+    refused(cli("tune", "embedded", "--cost-model", cut, "--trials", "1", "--logs", "logs",
+                cwd=tmp_path), "cost model", "cut.json is not an xgboost model", "re-train")
+    side = _cost_model(tmp_path, "side.json", meta="[]")
+    refused(cli("tune", "embedded", "--cost-model", side, "--trials", "1", "--logs", "logs",
+                cwd=tmp_path), "side.json.meta.json", "holds a list, not an object")
+    refused(cli("cost-model", "eval", cut, "--logs", ROOT / "tuning_logs" / "x86_zen4",
+                cwd=tmp_path), "cut.json is not an xgboost model")
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("meta,says", [
+    ("{", "is not valid JSON"),
+    ("[]", "holds a list, not an object"),
+    ('{"schema": "tvm-fusion/group-model"}', "is not a group model of this tvm-fusion"),
+])
+def test_plan_with_a_damaged_group_model_is_refused(tmp_path, meta, says):
+    (tmp_path / "gm.json").write_text("{}")
+    (tmp_path / "gm.json.meta.json").write_text(meta)
+    refused(cli("plan", "embedded", "--group-model", "gm.json", cwd=tmp_path), "gm.json",
+            says)
+
+
+def test_a_group_model_whose_sidecar_fields_are_damaged_is_refused(tmp_path):
+    from tvm_fusion.costmodel.group_data import kernel_records
+    from tvm_fusion.costmodel.group_model import load_group_model, train_group_model
+
+    path = train_group_model(kernel_records(ROOT / "tuning_logs" / "x86_zen4")).save(
+        tmp_path / "gm.json")
+    meta = json.loads(path.with_name("gm.json.meta.json").read_text())
+    assert load_group_model(path).meta == meta
+    for key, value in (("ranges", {}), ("support", None), ("targets", []),
+                       ("min_records", "many")):
+        path.with_name("gm.json.meta.json").write_text(json.dumps({**meta, key: value}))
+        with pytest.raises(CostModelError, match="targets, support or ranges are damaged"):
+            load_group_model(path)
+    path.with_name("gm.json.meta.json").write_text(json.dumps(meta))
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(CostModelError, match="group model .*gm.json is not an xgboost model"):
+        load_group_model(path)
 
 
 # ---- offline bundle archives -------------------------------------------------------------

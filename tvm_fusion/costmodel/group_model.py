@@ -39,7 +39,7 @@ from ..plan import AnalyticalCostModel, GroupCost
 from ..plan.cost import tvm_bits
 from ..version import __version__
 from .group_data import KernelRecord, kernel_us, vm_call_us
-from .model import sidecar
+from .model import load_booster, read_sidecar, sidecar
 
 SCHEMA = "tvm-fusion/group-model"
 FEATURE_VERSION = 2  # 2: the sidecar's kinds of group (support)
@@ -280,21 +280,29 @@ def load_group_model(path: str | os.PathLike) -> GroupModel:
         raise CostModelError(f"group model {path} does not exist; train one with "
                              "`tvm-fusion train-group-model --logs DIR -o FILE`")
     try:
-        meta = json.loads(sidecar(path).read_text())
+        meta = read_sidecar(sidecar(path), f"the sidecar of group model {path}")
     except FileNotFoundError:
         raise CostModelError(f"group model {path} has no sidecar {sidecar(path)}; it is "
                              "written beside the model by train-group-model") from None
-    except json.JSONDecodeError as e:
-        raise CostModelError(f"{sidecar(path)} is not valid JSON ({e})") from None
     if (meta.get("schema") != SCHEMA or meta.get("features") != list(FEATURES)
-            or meta.get("feature_version") != FEATURE_VERSION):
+            or meta.get("feature_version") != FEATURE_VERSION or not _meta_ok(meta)):
         raise CostModelError(f"{path} is not a group model of this tvm-fusion (schema "
                              f"{meta.get('schema')!r}, feature version "
-                             f"{meta.get('feature_version')!r}, this one {FEATURE_VERSION}); "
+                             f"{meta.get('feature_version')!r}, this one {FEATURE_VERSION}, "
+                             "or its sidecar's targets, support or ranges are damaged); "
                              "retrain it with `tvm-fusion train-group-model`")
-    booster = xgb.Booster()
+    return GroupModel(booster=load_booster(path, f"group model {path}"), meta=meta)
+
+
+def _meta_ok(meta: dict) -> bool:
+    """The sidecar fields :meth:`GroupModel.thin` reads have their shapes."""
+    targets, support, ranges = (meta.get(k) for k in ("targets", "support", "ranges"))
     try:
-        booster.load_model(str(path))
-    except xgb.core.XGBoostError as e:
-        raise CostModelError(f"{path} is not an xgboost model file ({str(e)[:120]})") from None
-    return GroupModel(booster=booster, meta=meta)
+        return (all(isinstance(t, dict) and isinstance(t.get("records", 0), int)
+                    for t in targets.values())
+                and isinstance(meta.get("min_records", 0), int)
+                and all(float(v) == v for k in SUPPORT_FEATURES for v in support[k])
+                and all(float(lo) <= float(hi) for lo, hi in
+                        (ranges[k] for k in RANGE_FEATURES)))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False

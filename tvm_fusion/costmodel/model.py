@@ -243,7 +243,9 @@ def load_model(path: str | os.PathLike) -> RankModel:
     Raises
     ------
     CostModelError
-        Missing files, another schema, or another feature version.
+        Missing files, a sidecar that is not a JSON object of this schema and feature
+        version (or whose fields have the wrong types), or a model file that xgboost
+        cannot read or that takes another number of features.
     """
     path = Path(path)
     meta_path = sidecar(path)
@@ -253,10 +255,7 @@ def load_model(path: str | os.PathLike) -> RankModel:
     if not meta_path.is_file():
         raise CostModelError(f"cost model {path} has no sidecar {meta_path}; it is needed "
                              "for the feature version. Re-train or restore the file")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as e:
-        raise CostModelError(f"{meta_path} is not valid JSON ({e})") from e
+    meta = read_sidecar(meta_path, f"the sidecar of cost model {path}")
     if meta.get("schema") != MODEL_SCHEMA:
         raise CostModelError(f"{meta_path}: schema {meta.get('schema')!r}, expected "
                              f"{MODEL_SCHEMA!r}")
@@ -266,12 +265,99 @@ def load_model(path: str | os.PathLike) -> RankModel:
             f"{meta.get('feature_version')!r}, but this tvm-fusion computes feature version "
             f"{FEATURE_VERSION}: its predictions would be meaningless. Re-train it from "
             f"the tuning logs: `tvm-fusion cost-model train --logs DIR -o {path.name}`")
+    _check_meta(meta, meta_path)
+    booster = load_booster(path, f"cost model {path}")
+    if booster.num_features() != len(feature_names()):
+        raise CostModelError(f"cost model {path} takes {booster.num_features()} features, "
+                             f"this tvm-fusion computes {len(feature_names())} (feature "
+                             f"version {FEATURE_VERSION}); the file does not belong to its "
+                             f"sidecar {meta_path.name}: re-train it or restore both files")
+    _check_params(booster, meta.get("params", {}), meta_path)
+    return RankModel(booster=booster, meta=meta)
+
+
+def read_sidecar(path: Path, what: str) -> dict:
+    """The JSON object in a model's sidecar ``path`` (``what``: its name in messages).
+
+    Raises
+    ------
+    CostModelError
+        A file that cannot be read, is not UTF-8 JSON, or holds no JSON object.
+    """
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise  # the callers say which model lacks it
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CostModelError(f"{path} ({what}) is not valid JSON ({e}); re-train the model "
+                             "or restore the file") from None
+    if not isinstance(meta, dict):
+        raise CostModelError(f"{path} ({what}) holds {_json_kind(meta)}, not an object; "
+                             "re-train the model or restore the file")
+    return meta
+
+
+def load_booster(path: Path, what: str) -> xgb.Booster:
+    """xgboost's model in ``path`` (its JSON or UBJ format), or a :class:`CostModelError`
+    naming it (``what``) when xgboost cannot read it."""
     booster = xgb.Booster()
     try:
         booster.load_model(str(path))
+    except (xgb.core.XGBoostError, UnicodeDecodeError) as e:
+        # xgboost quotes the file's bytes in its message, which may not decode
+        why = _reason(e) if isinstance(e, xgb.core.XGBoostError) else "unreadable bytes"
+        raise CostModelError(f"{what} is not an xgboost model ({why}); re-train it or "
+                             "restore the file") from None
+    return booster
+
+
+def _check_params(booster: xgb.Booster, params: dict, meta_path: Path) -> None:
+    """The sidecar's training parameters are ones xgboost takes: tuning boosts with them
+    after its first batch, where a bad one would fail minutes into the run."""
+    try:
+        probe = booster.copy()
+        probe.set_param({str(k): str(v) for k, v in params.items()})
+        probe.predict(xgb.DMatrix(np.zeros((1, booster.num_features()))))  # checks them
     except xgb.core.XGBoostError as e:
-        raise CostModelError(f"{path} is not an xgboost model: {str(e).splitlines()[0]}") from e
-    return RankModel(booster=booster, meta=meta)
+        raise CostModelError(f"{meta_path}: xgboost refuses its 'params' ({_reason(e)}); "
+                             "re-train the model or restore the file") from None
+
+
+def _reason(e: Exception) -> str:
+    """The first line of xgboost's message, without its time stamp and source file."""
+    why = (str(e).strip().splitlines() or [""])[0]
+    return why.split(": ", 1)[-1] if why.startswith("[") else why
+
+
+def _json_kind(value) -> str:
+    """What a JSON value is, in JSON's words: "a list", "an object", "a string"..."""
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number"}
+    return kinds.get(type(value), "null")
+
+
+# sidecar fields read after loading, and the JSON types they must have
+_META_TYPES = {"hardware_rows": list, "params": dict, "targets": list,
+               "train_workloads": list, "data": dict, "metrics": dict}
+
+
+def _check_meta(meta: dict, meta_path: Path) -> None:
+    """The sidecar's fields have the types that training, tuning and eval read."""
+    for key, kind in _META_TYPES.items():
+        if key in meta and not isinstance(meta[key], kind):
+            raise CostModelError(f"{meta_path}: {key!r} is {_json_kind(meta[key])}, expected "
+                                 f"{_json_kind(kind())}; re-train the model or restore the "
+                                 "file")
+    for key in ("targets", "train_workloads"):
+        if not all(isinstance(x, str) for x in meta.get(key, ())):
+            raise CostModelError(f"{meta_path}: {key!r} holds other things than names; "
+                                 "re-train the model or restore the file")
+    try:
+        np.array(meta.get("hardware_rows", []), dtype=np.float64).reshape(-1, len(HW_NAMES))
+    except (ValueError, TypeError):
+        raise CostModelError(f"{meta_path}: 'hardware_rows' is not a list of rows of "
+                             f"{len(HW_NAMES)} numbers; re-train the model or restore the "
+                             "file") from None
 
 
 def split_holdout(data: Dataset, holdout: str) -> tuple[Dataset, Dataset]:
