@@ -146,7 +146,7 @@ def test_tune_interrupt_resume_compile_run(tmp_path):
 def test_compile_without_logs_and_run_detects_a_wrong_model(tmp_path):
     so = tmp_path / "plain.so"
     out = cli("compile", "embedded", "--logs", tmp_path / "none", "-o", so).stdout
-    assert "default schedule" in out and "fused_conv2d" in out
+    assert "rule default" in out and "fused_conv2d" in out and "unscheduled" not in out
     other = tmp_path / "other.onnx"
     onnx.save(build_embedded_model(seed=1), other)  # same signature, other weights
     proc = cli("run", so, "--compare", other, "--repeat", "3", check=False)

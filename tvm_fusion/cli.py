@@ -31,6 +31,7 @@ from .offline import cli as offline_cli
 from .plan import COMBINE_MODES, LAYOUTS, make_plan, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import as_target, format_targets_table, list_targets, load_target
+from .tune.fallback import DEFAULT_BUDGET_S
 from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -254,6 +255,34 @@ def _print_tune_report(report) -> None:
     print(f"cost model: {report.cost_model}")
 
 
+def _add_no_record_args(p) -> None:
+    p.add_argument("--no-record", choices=("auto", "rules", "none"), default="auto",
+                   help="CPU kernels without a tuning record: auto (default) = the shipped "
+                        "cost model's pick from a short search, no measurement, while "
+                        "--no-record-budget lasts, then the rules' default schedule "
+                        "(register tile, vectorize, parallel, prepacked weights); rules = "
+                        "rule defaults only (fastest build); none = plain loops, 20-100x "
+                        "slower, for comparison")
+    p.add_argument("--no-record-budget", type=float, default=DEFAULT_BUDGET_S,
+                   metavar="SECONDS",
+                   help="seconds of cost-model search over all kernels without a record, "
+                        f"largest predicted share first (default {DEFAULT_BUDGET_S:.0f}; "
+                        "a fused conv takes about 1-2 s on 2 cores); each pick is checked "
+                        "against the plain kernel's output on random inputs")
+
+
+def _print_schedule_kinds(compiled) -> None:
+    kinds = compiled.schedules
+    counts = {k: sum(v == k for v in kinds.values()) for k in dict.fromkeys(kinds.values())}
+    print("schedules: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for kind in ("predicted", "rule default", "unscheduled"):
+        names = [n for n, k in kinds.items() if k == kind]
+        if names:
+            share = {n: compiled.untuned_share.get(n.removesuffix("_prepacked")) for n in names}
+            print(f"  {kind}: " + ", ".join(
+                n + (f" ({share[n]:.0%})" if share[n] else "") for n in names))
+
+
 def cmd_compile(args) -> int:
     check_output_path(Path(args.output))  # before minutes of building, not after
     model = _model_from_args(args)
@@ -262,12 +291,17 @@ def cmd_compile(args) -> int:
     logs = args.logs if args.logs and Path(args.logs).exists() else None
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
+    stages = Stages("compile")  # says nothing unless it takes a while
     compiled = compile_model(model, args.target, logs=logs,
                              allow_other_target=args.allow_other_target, layout=args.layout,
                              prepack=args.prepack, combine=args.combine,
-                             resources=args.resources)
+                             resources=args.resources, no_record=args.no_record,
+                             no_record_budget_s=args.no_record_budget,
+                             progress=stages)
+    stages.close()
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
+    _print_schedule_kinds(compiled)
     objects = compiled.info.get("code_objects")
     if objects:
         vgprs = sorted(o["vgprs"] for o in objects.values())
@@ -285,11 +319,8 @@ def cmd_compile(args) -> int:
         for name in unmeasured:
             print(f"  {name}")
     if compiled.untuned:
-        print(f"{len(compiled.untuned)} kernels have no tuning record and use their "
-              f"default schedule (predicted share of the model's time):")
-        for name in compiled.untuned:
-            share = compiled.untuned_share.get(name)
-            print(f"  {name}" + (f"  {share:.0%}" if share is not None else ""))
+        print(f"{len(compiled.untuned)} kernels have no tuning record; tune them to measure "
+              f"(`tvm-fusion tune ... --logs DIR`)")
     return 0
 
 
@@ -517,8 +548,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Build the model with the best verified record of each "
                                    "kernel in LOGS/<target>/ (the plan stored there for "
                                    "this model is re-applied). A missing or empty DIR is "
-                                   "allowed: kernels without a record get their default "
-                                   "schedule and are listed.")
+                                   "allowed. A kernel without a record is never left as "
+                                   "plain loops on a CPU: it gets the cost model's pick "
+                                   "from a short search (no measurement) while "
+                                   "--no-record-budget lasts, then the search space's "
+                                   "rule default; on a GPU, dlight's default rules. "
+                                   "The summary says which kernel got which kind: "
+                                   "measured, predicted, rule default.")
     _add_model_args(c)
     c.add_argument("--logs", metavar="DIR",
                    help="tuning log directory; `shipped`: the logs that ship with "
@@ -532,6 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_resources_arg(c)
     _add_prepack_flag(c, "pack the weights of kernels tuned with prepacking (default: the "
                       "setting the model was tuned with; on for CPUs without logs)")
+    _add_no_record_args(c)
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("run", help="run a compiled module, time it, compare with ONNX Runtime",

@@ -31,16 +31,21 @@ from ..gpu.amdgpu import tir_pipeline
 from ..gpu.limits import raise_on_violations
 from ..gpu.resources import plan_resources
 from ..gpu.rocm import require_rocm_build
-from ..gpu.schedule import default_schedule
+from ..costmodel import make_cost_model
+from ..gpu.schedule import default_cpu_schedule, default_schedule
 from ..gpu.tir_check import check_scheduled
 from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
+from ..tune.driver import default_cost_model
+from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, RULE, UNSCHEDULED, NoRecordPick,
+                             schedule_without_records)
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
 from ..tune.prepack import (constant_shapes, fold_prepacked, has_layout_rewrite,
                             resolve_prepack)
 from ..tune.schedulable import kernel_module
+from ..tune.space import space_for_target, space_generator
 
 MODULE_SCHEMA = "tvm-fusion/module"
 MODULE_VERSION = 2  # 2: the sidecar records the library's size and sha256
@@ -54,10 +59,14 @@ class CompiledModel:
     target: str
     plan: FusionPlan
     kernels: tuple[str, ...]
-    untuned: tuple[str, ...]  # kernels built with their default schedule
+    untuned: tuple[str, ...]  # kernels without a tuning record
     info: dict  # the JSON sidecar written beside an exported library
     untuned_share: Mapping[str, float] = field(default_factory=dict)
     """Predicted fraction of the model's time spent in each untuned kernel."""
+    schedules: Mapping[str, str] = field(default_factory=dict)
+    """Kernel name -> how its schedule was chosen: ``measured`` (a verified tuning
+    record), ``predicted`` (the cost model's pick, built here), ``rule default`` (the
+    search space's rules, no search) or ``unscheduled`` (plain loops)."""
 
     def export(self, path: str | Path) -> Path:
         """Write the shared library ``path`` and its sidecar ``path`` + ``.json``.
@@ -253,6 +262,51 @@ def _lowering_advice(model, graph, plan, hw, err: LoweringError) -> str:
             "(e.g. NonMaxSuppression in post-processing)")
 
 
+def _scheduled(func: tvm.tirx.PrimFunc) -> bool:
+    return bool(func.attrs and func.attrs.get("tirx.is_scheduled", False))
+
+
+def _base_name(name: str) -> str:
+    """A kernel's name before ``fold_prepacked`` renamed it ``K_prepacked``."""
+    return name.removesuffix("_prepacked")
+
+
+def _schedule_no_record(mod, target, hw, plan, mode: str, budget_s: float, progress):
+    """CPU kernels without a record scheduled with no measurement
+    (:func:`~tvm_fusion.tune.fallback.schedule_without_records`); int8 GEMMs and convs
+    take their VNNI default first. Returns the module and kernel -> NoRecordPick."""
+    if mode not in ("auto", "rules", "none"):
+        raise ValueError(f"no_record must be 'auto', 'rules' or 'none', got {mode!r}")
+    before = {n for n, f in _prim_funcs(mod).items() if _scheduled(f)}
+    mod = default_cpu_schedule(mod, target)  # int8 on VNNI: a rule of its own
+    picks = {n: NoRecordPick(kind=RULE, note="VNNI int8 schedule")
+             for n, f in _prim_funcs(mod).items() if _scheduled(f) and n not in before}
+    if mode == "none":
+        return mod, picks
+    cost_model = None
+    path = default_cost_model(hw) if mode == "auto" else None
+    if path is not None:
+        with warnings.catch_warnings():  # a neighbour CPU's model: ranking only, no warning
+            warnings.simplefilter("ignore")
+            cost_model = make_cost_model(path, hw, update_rounds=0)
+    space = space_for_target(target)
+    est = {g.name: g.est_us for g in plan.groups}
+    mod, more = schedule_without_records(
+        mod, target, space_generator=space_generator(space, target), cost_model=cost_model,
+        budget_s=budget_s if cost_model is not None else 0.0, shares=est,
+        progress=progress)
+    return mod, {**picks, **more}
+
+
+def _schedule_kind(name: str, measured, picks, rules_used) -> str:
+    base = _base_name(name)
+    if base in measured:
+        return MEASURED
+    if base in picks:
+        return picks[base].kind
+    return RULE if name in rules_used else UNSCHEDULED  # GPU: dlight's rules
+
+
 def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
     return {gv.name_hint: f for gv, f in mod.functions.items()
             if isinstance(f, tvm.tirx.PrimFunc)}
@@ -262,7 +316,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
                   planner: str = "cost", allow_other_target: bool = False,
                   layout: str = "auto", prepack: bool | None = None,
-                  combine: str = "auto", resources: str = "auto") -> CompiledModel:
+                  combine: str = "auto", resources: str = "auto",
+                  no_record: str = "auto", no_record_budget_s: float = DEFAULT_BUDGET_S,
+                  progress=None) -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
     Parameters
@@ -289,6 +345,16 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         shared memory the compiler allocates for each kernel where it is here (nvcc;
         the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
         (:func:`tvm_fusion.gpu.resources.plan_resources`).
+    no_record : str
+        CPU kernels without a record (:mod:`tvm_fusion.tune.fallback`): ``auto``
+        (default) the shipped cost model's pick from a short search while
+        ``no_record_budget_s`` lasts, the rules' default schedule after it or without a
+        model; ``rules``: rule defaults only; ``none``: plain loops (for comparison).
+        GPU kernels without a record always get dlight's default rules.
+    no_record_budget_s : float
+        Seconds of cost-model search over all kernels without a record.
+    progress : callable, optional
+        Called with one line of text per kernel scheduled without a record.
     prepack : bool, optional
         Apply records of kernels tuned with prepacked weights, and pack those weights
         into the module at build (see :func:`~tvm_fusion.tune`). Default: what the
@@ -331,14 +397,19 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         if db is not None:
             with db:
                 mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+        measured = {n for n, f in _prim_funcs(mod).items() if _scheduled(f)}
+        picks = {}
+        if hw.family == "cpu":
+            mod, picks = _schedule_no_record(mod, tvm_target, hw, plan, no_record,
+                                             no_record_budget_s, progress)
         packed = sorted(n for n, f in _prim_funcs(mod).items() if has_layout_rewrite(f))
         mod = fold_prepacked(mod)  # the packed weights become the module's constants
         packed = constant_shapes(mod, packed)
         mod = _lower_library_ops(mod, tvm_target)
         funcs = _prim_funcs(mod)
-        untuned = tuple(sorted(n for n, f in funcs.items()
-                               if not f.attrs or not f.attrs.get("tirx.is_scheduled", False)))
-        mod = default_schedule(mod, tvm_target, hw)  # the kernels without a record
+        untuned = tuple(sorted(n for n in funcs if _base_name(n) not in measured))
+        rules_used = {}
+        mod = default_schedule(mod, tvm_target, hw, rules_used=rules_used)  # GPU: dlight
         if hw.family != "cpu":
             try:
                 raise_on_violations(check_scheduled(mod, hw))
@@ -354,6 +425,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         except Exception as e:
             raise LogError(f"building {model.source} for {hw.name} failed: "
                            f"{str(e).splitlines()[-1]}") from e
+    schedules = {n: _schedule_kind(n, measured, picks, rules_used) for n in sorted(funcs)}
     info = {
         "schema": MODULE_SCHEMA, "version": MODULE_VERSION, "tvm": tvm.__version__,
         "source": model.source, "model_hash": model.model_hash, "target": hw.name,
@@ -365,6 +437,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
                     for t in model.outputs],
         "kernels": sorted(funcs), "untuned": list(untuned),
+        # how each kernel's schedule was chosen: measured, predicted, rule default, unscheduled
+        "schedules": schedules,
         # kernels reading weights packed at build: the packed constants' shapes
         "prepack": prepack, "prepacked": packed,
         "untuned_est_share": _untuned_share(plan, untuned),
@@ -381,4 +455,4 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     }
     return CompiledModel(executable=ex, target=hw.name, plan=plan,
                          kernels=tuple(sorted(funcs)), untuned=untuned, info=info,
-                         untuned_share=info["untuned_est_share"])
+                         untuned_share=info["untuned_est_share"], schedules=schedules)

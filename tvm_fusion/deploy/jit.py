@@ -37,6 +37,12 @@ class UntunedShapeWarning(UserWarning):
     """A shape signature runs kernels with default schedules (no tuning records)."""
 
 
+def _kinds(info: dict) -> str:
+    """``"3 predicted, 5 rule default"``: how the kernels without a record were scheduled."""
+    kinds = [k for k in info.get("schedules", {}).values() if k != "measured"]
+    return ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "defaults"
+
+
 def default_cache_dir() -> Path:
     """Where JIT executables are cached when no ``cache_dir`` is given."""
     return Path(config.JIT_CACHE.get()).expanduser()
@@ -146,7 +152,8 @@ class JitFunction:
             warnings.warn(
                 f"tvm_fusion.jit: {self.source} with {shapes}: {len(untuned)} of "
                 f"{len(mod.info['kernels'])} kernels have no tuning record in {where} and run "
-                f"with default schedules ({', '.join(untuned[:3])}"
+                f"with schedules chosen without measurement ({_kinds(mod.info)}: "
+                f"{', '.join(untuned[:3])}"
                 f"{', ...' if len(untuned) > 3 else ''}); tune this shape with "
                 f"`tvm-fusion tune MODEL {shape_args} --target {self.hw.name} --logs DIR`",
                 UntunedShapeWarning, stacklevel=4)

@@ -21,16 +21,17 @@ from .mfma import RocmMfmaMatmul
 from .tir_check import check_func
 
 
-def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None) -> tvm.IRModule:
+def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, *,
+                     rules_used: dict | None = None) -> tvm.IRModule:
     """``mod`` with every unscheduled PrimFunc given what ``compile`` uses without a record.
 
     On an LLVM (CPU) target, :func:`default_cpu_schedule` (the kernel itself, but for
     int8 GEMMs on VNNI); on a GPU target, :func:`default_gpu_schedule` (within ``hw``'s
-    limits, when given).
+    limits, when given; ``rules_used`` as there).
     """
     if str(target.kind.name) == "llvm":
         return default_cpu_schedule(mod, target)
-    return default_gpu_schedule(mod, target, hw)
+    return default_gpu_schedule(mod, target, hw, rules_used=rules_used)
 
 
 def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:

@@ -59,7 +59,8 @@ class PredictedPick:
 
 def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
                     task_name: str = "main", space_generator="post-order-apply",
-                    population: int = 128, count: int = 32, seed: int = 0) -> list:
+                    population: int = 128, count: int = 32, seed: int = 0,
+                    num_threads: int = 1) -> list:
     """Candidates of ``mod`` from a cost-model-only evolutionary search, best first.
 
     Returns a list of ``(score, MeasureCandidate)``, highest predicted score first.
@@ -69,7 +70,7 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
         genetic_num_iters=2, eps_greedy=0.0)
     # cloned, as MetaSchedule does per task: a space generator is bound to one context
     ctx = ms.TuneContext(mod=mod, target=target, space_generator=space_generator,
-                         search_strategy=strategy, task_name=task_name, num_threads=1,
+                         search_strategy=strategy, task_name=task_name, num_threads=num_threads,
                          rand_state=seed).clone()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     ctx.pre_tuning(max_trials=count, num_trials_per_iter=count,

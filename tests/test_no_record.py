@@ -1,0 +1,137 @@
+"""Kernels without a tuning record are scheduled at build, with no measurement.
+
+``compile`` without logs, logs that miss kernels and a JIT signature nobody tuned used
+to run such kernels as plain loops (a ResNet-50 62x slower than ONNX Runtime). Now a CPU
+kernel gets the cost model's pick or the search space's rule default, checked against
+the plain kernel's output; a GPU kernel dlight's rules.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tvm
+
+import tvm_fusion as tf
+from tvm_fusion.data import shipped_logs_dir
+from tvm_fusion.plan import plan_model
+from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+from tvm_fusion.targets import as_target
+from tvm_fusion.tune import fallback
+from tvm_fusion.tune.schedulable import kernel_module
+from tvm_fusion.tune.space import space_for_target, space_generator
+
+from onnx_cases import conv_se_chain
+
+
+@pytest.fixture(scope="module")
+def chain():
+    proto = conv_se_chain(channels=16, size=16)
+    model = tf.import_model(proto)
+    inputs = random_inputs(model.inputs)
+    return proto, model, inputs, run_onnxruntime(proto, inputs)
+
+
+def _kernels(model, hw):
+    graph, plan = plan_model(model.mod, hw, "cost")
+    return plan, kernel_module(graph, plan, prepack=True)
+
+
+def _schedule(mod, target, **kw):
+    gen = space_generator(space_for_target(target), target)
+    with target:
+        return fallback.schedule_without_records(mod, target, space_generator=gen, **kw)
+
+
+def test_compile_without_logs_gives_every_cpu_kernel_a_schedule_and_matches_onnxruntime(
+        chain, tmp_path):
+    _, model, inputs, want = chain
+    compiled = tf.compile_model(model, "host")
+    assert set(compiled.schedules) == set(compiled.kernels)
+    assert "unscheduled" not in compiled.schedules.values(), compiled.schedules
+    assert compiled.info["schedules"] == dict(compiled.schedules)
+    got = tf.load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], want[0]) < 1e-5
+
+
+def test_plain_loops_stay_available_for_comparison(chain):
+    _, model, _, _ = chain
+    compiled = tf.compile_model(model, "host", no_record="none")
+    assert set(compiled.schedules.values()) == {"unscheduled"}
+
+
+def test_the_rule_default_of_the_largest_conv_is_parallel_and_vectorized(chain):
+    _, model, _, _ = chain
+    hw = as_target("host")
+    target = hw.tvm_target()
+    plan, mod = _kernels(model, hw)
+    scheduled, picks = _schedule(mod, target, cost_model=None, budget_s=0)
+    assert picks and {p.kind for p in picks.values()} == {"rule default"}, picks
+    convs = {g.name: g.est_us for g in plan.groups if g.name.startswith("fused_conv2d")}
+    top = max(convs, key=convs.get)
+    func = scheduled[top]
+    text = func.script()
+    assert "T.parallel" in text and "T.vectorized" in text, top
+    assert func.attrs["tirx.is_scheduled"]
+    assert "T.parallel" not in mod[top].script()  # it was plain loops
+
+
+def test_the_shipped_cost_model_picks_within_its_budget_and_the_picks_are_correct(chain):
+    proto, model, inputs, want = chain
+    hw = as_target("host")
+    target = hw.tvm_target()
+    path = shipped_logs_dir() / "x86_zen4" / "costmodel.json"
+    from tvm_fusion.costmodel import make_cost_model
+    cm = make_cost_model(path, hw, update_rounds=0)
+    plan, mod = _kernels(model, hw)
+    shares = {g.name: g.est_us for g in plan.groups}
+    top = max(shares, key=shares.get)
+    # a budget that ends after the first kernel: the largest predicted share gets the search
+    scheduled, picks = _schedule(mod, target, cost_model=cm, budget_s=1e-3, shares=shares)
+    assert picks[top].kind == "predicted", picks
+    assert {p.kind for n, p in picks.items() if n != top} <= {"rule default", "predicted"}
+
+
+def test_a_wrong_pick_is_caught_by_the_check():
+    """A pick whose outputs differ from the plain kernel's is rejected; a right one is not."""
+    from tvm import te
+
+    def kernel(add: float) -> tvm.IRModule:
+        a = te.placeholder((64,), "float32", name="a")
+        b = te.compute((64,), lambda i: a[i] + tvm.tirx.const(add, "float32"), name="b")
+        return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+    plain = kernel(1.0)
+    sch = tvm.s_tir.Schedule(plain)
+    (loop,) = sch.get_loops(sch.get_sblock("b"))
+    _, inner = sch.split(loop, [None, 16])
+    sch.vectorize(inner)
+    target = as_target("host").tvm_target()
+    assert fallback._check({"k": sch.mod}, {"k": plain}, target) == {}
+    assert fallback._check({"k": kernel(2.0)}, {"k": plain}, target) == {
+        "k": "outputs differ from the unscheduled kernel"}
+
+
+def test_a_jit_signature_without_records_gets_scheduled_kernels(chain, tmp_path):
+    proto, _, inputs, want = chain
+    fn = tf.jit(proto, target="host", cache_dir=tmp_path)
+    got = fn(*inputs)
+    assert max_rel_error(got[0], want[0]) < 1e-5
+    (event,) = fn.events
+    kinds = json.loads(event.path.with_name(event.path.name + ".json").read_text())["schedules"]
+    assert kinds and "unscheduled" not in kinds.values(), kinds
+
+
+def test_cli_compile_says_which_kernel_got_which_kind(tmp_path):
+    import subprocess
+    import sys
+    so = tmp_path / "m.so"
+    proc = subprocess.run([sys.executable, "-m", "tvm_fusion", "compile", "embedded", "-o",
+                           str(so)], capture_output=True, text=True, check=True)
+    assert "schedules: " in proc.stdout and "rule default" in proc.stdout
+    info = json.loads(so.with_name(so.name + ".json").read_text())
+    assert set(info["schedules"].values()) <= {"rule default", "predicted"}
+    help_text = subprocess.run([sys.executable, "-m", "tvm_fusion", "compile", "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "--no-record-budget" in help_text and "seconds" in help_text

@@ -1,0 +1,283 @@
+"""Schedules for kernels without a tuning record, chosen at build time with no measurement.
+
+A kernel that no log covers (``compile`` without logs, logs missing some kernels, a new
+JIT shape) would otherwise run as LLVM lowers its plain loops: a ResNet-50 built that way
+ran 62x slower than ONNX Runtime. Here each such kernel gets, largest predicted share
+first:
+
+- ``predicted``: the cost model's pick from a short cost-model-only evolutionary search
+  in the target's search space (the rules of ``search_spaces/``), while the time budget
+  lasts and a cost model ships for the hardware;
+- ``rule default``: the best-ranked (or, without a cost model, the first) of the design
+  spaces the rules generate, with their own sampled tile sizes: parallel, vectorized,
+  register-tiled, and cheap (no search);
+- ``unscheduled``: the plain loops, only where the rules generate nothing for it.
+
+Structurally equal kernels (a repeated layer) are scheduled once. Where the target's
+device is here, every pick is run on random inputs against the unscheduled kernel
+(one build of all picks, one of all references) and a wrong one falls back to the next
+kind: nothing is timed, so the build stays in seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+
+from .fast_import import import_tensor_intrinsics
+from .fast_math import vectorizable_exp
+from .predicted import rank_candidates
+from .verify import VERIFY_SEEDS, _buffers
+
+log = logging.getLogger(__name__)
+
+MEASURED, PREDICTED, RULE, UNSCHEDULED = "measured", "predicted", "rule default", "unscheduled"
+DEFAULT_BUDGET_S = 30.0  # seconds of cost-model search per build, over all kernels
+SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
+TILE_RULES = ("register_tile", "depthwise")  # tune/cpu_rules.py's marks of a tiled block
+RULE_SAMPLES = 4         # draws of the rules' decisions the cost model ranks, no search
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoRecordPick:
+    """How one kernel without a record was scheduled."""
+
+    kind: str   # PREDICTED, RULE or UNSCHEDULED
+    note: str = ""
+
+
+def _workload(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def _as_kernel(scheduled: tvm.tirx.PrimFunc, original: tvm.tirx.PrimFunc):
+    """``scheduled`` under ``original``'s symbol, marked scheduled."""
+    symbol = original.attrs.get("global_symbol") if original.attrs else None
+    func = scheduled.without_attr("global_symbol") if symbol is None else \
+        scheduled.with_attr("global_symbol", symbol)
+    return func.with_attr("tirx.is_scheduled", True)
+
+
+def _design_spaces(wl: tvm.IRModule, target, space_generator, seed: int) -> list:
+    """The rules' design spaces of ``wl`` with one draw of their decisions, each through
+    the space's postprocessors (which turn the rules' annotations into parallel,
+    vectorized and unrolled loops and rewrite weight layouts); spaces that changed
+    nothing, or that a postprocessor refuses, are left out."""
+    ctx = ms.TuneContext(mod=wl, target=target, space_generator=space_generator,
+                         task_name="main", num_threads=1, rand_state=seed).clone()
+    out = []
+    for sch in ctx.generate_design_space():
+        if _is_plain(sch):
+            continue
+        sch = sch.copy()
+        sch.seed(seed)
+        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+            out.append(sch)
+    return out
+
+
+def _rule_default(wl, target, space_generator, cost_model, seed: int):
+    """The rules' design spaces with their sampled decisions (tile sizes, unroll): with a
+    cost model, its best of ``RULE_SAMPLES`` draws of each; without one, one draw of
+    the first space of our own rules (``tune/cpu_rules.py``: register tile, depthwise,
+    plain) where one applies, else of the first stock one."""
+    spaces = _design_spaces(wl, target, space_generator, seed)
+    if not spaces:
+        return None
+    if cost_model is None:
+        return min(spaces, key=_rank_without_model).mod
+    for k in range(1, RULE_SAMPLES):
+        spaces += _design_spaces(wl, target, space_generator, seed + 7919 * k)
+    ctx = ms.TuneContext(mod=wl, target=target, task_name="main", num_threads=1)
+    args = ms.arg_info.ArgInfo.from_prim_func(wl["main"])
+    scores = cost_model.scores(ctx, [ms.MeasureCandidate(s, args) for s in spaces])
+    return spaces[int(np.argmax(scores))].mod
+
+
+def _rank_without_model(sch) -> int:
+    """Our register tile or depthwise rule first (MLAS's micro-kernel), then a tiled
+    space (MultiLevelTiling), then the rest; ``min`` keeps the first of equals."""
+    trace = str(sch.trace)
+    if any(f'ann_val="tvm_fusion.{rule}"' in trace for rule in TILE_RULES):
+        return 0
+    return 1 if "sample_perfect_tile" in trace else 2
+
+
+def _is_plain(sch) -> bool:
+    """A design space that changed nothing (the block's unchanged schedule)."""
+    return len(sch.trace.insts) <= 2 and not any(
+        i.kind.name.startswith(("Split", "Parallel", "Vectorize", "Fuse"))
+        for i in sch.trace.insts)
+
+
+def _rule_option(wl, target, space_generator, cost_model, seed: int) -> list:
+    try:
+        rule = _rule_default(wl, target, space_generator, cost_model, seed)
+    except Exception as e:  # a design space the rules cannot generate: plain loops
+        log.info("no rule default for %s: %s", wl, str(e).splitlines()[0][:200])
+        return []
+    return [] if rule is None else [(RULE, rule)]
+
+
+def _search_pick(wl, target, space_generator, cost_model, seed: int):
+    ranked = rank_candidates(wl, target, cost_model, space_generator=space_generator,
+                             population=SEARCH_POPULATION, count=4, seed=seed,
+                             num_threads=_cores())
+    return [c.sch.mod for _, c in ranked]
+
+
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _host_like(target) -> tvm.target.Target:
+    """``target`` as this machine's CPU: a pick for another x86 is checked here for its
+    loop nest's correctness, built with the instructions this CPU has."""
+    here = str(tvm.get_global_func("target.llvm_get_system_cpu")())
+    if str(target.attrs.get("mcpu", here)) == here:
+        return target
+    return tvm.target.Target({"kind": "llvm", "mcpu": here})
+
+
+def _check(picks: Mapping[str, tvm.IRModule], refs: Mapping[str, tvm.IRModule],
+           target) -> dict[str, str]:
+    """Name -> why the pick is wrong, for the picks whose outputs differ from their
+    unscheduled kernel's on random inputs (both built once for all kernels)."""
+    if not picks:
+        return {}
+
+    def module(mods):
+        return tvm.IRModule({n: m["main"].with_attr("global_symbol", n)
+                             for n, m in mods.items()})
+
+    names = sorted(picks)
+    bad = {}
+    target = _host_like(target)
+    with vectorizable_exp():  # the lowering compile uses for the picks
+        got_lib = tvm.tirx.build(module({n: picks[n] for n in names}), target=target)
+    ref_lib = tvm.tirx.build(module({n: refs[n] for n in names}), target=target)
+    dev = tvm.cpu(0)
+    for n in names:
+        func = refs[n]["main"]
+        for seed in VERIFY_SEEDS:
+            want = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
+            got = [tvm.runtime.tensor(a, dev) for a in _buffers(func, seed)]
+            try:
+                ref_lib[n](*want)
+                got_lib[n](*got)
+            except Exception as e:  # an out-of-bounds access the runtime caught
+                bad[n] = f"failed to run: {str(e).splitlines()[-1][:200]}"
+                break
+            if not all(_close(w.numpy(), g.numpy()) for w, g in zip(want, got)):
+                bad[n] = "outputs differ from the unscheduled kernel"
+                break
+    return bad
+
+
+def _close(want: np.ndarray, got: np.ndarray) -> bool:
+    if want.dtype.kind != "f":
+        return np.array_equal(want, got)
+    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1.0)
+    return bool(np.allclose(got, want, rtol=1e-4, atol=1e-4 * scale, equal_nan=True))
+
+
+def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
+                             space_generator, cost_model=None,
+                             budget_s: float = DEFAULT_BUDGET_S,
+                             shares: Mapping[str, float] | None = None,
+                             check: bool = True, seed: int = 0,
+                             progress: Callable[[str], None] | None = None
+                             ) -> tuple[tvm.IRModule, dict[str, NoRecordPick]]:
+    """Schedule every unscheduled PrimFunc of ``mod`` without measuring anything.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module whose kernels with a record are already scheduled (``tirx.is_scheduled``).
+    target : tvm.target.Target
+        A CPU (LLVM) target.
+    space_generator :
+        The design-space generator of the target's search space.
+    cost_model : MetaSchedule cost model, optional
+        Ranks candidates; None leaves only rule defaults.
+    budget_s : float
+        Seconds of cost-model search in all; kernels the budget does not reach get their
+        rule default. 0: rule defaults only.
+    shares : mapping, optional
+        Kernel name -> predicted share of the model's time: the order kernels are
+        searched in (largest first).
+    check : bool
+        Run each pick against its unscheduled kernel on this machine (the device must
+        be here); a wrong pick falls back to the next kind.
+    seed : int
+    progress : callable, optional
+        Called with one line per kernel.
+
+    Returns
+    -------
+    (tvm.IRModule, dict)
+        The module, and kernel name -> :class:`NoRecordPick` for each kernel scheduled
+        here.
+    """
+    import_tensor_intrinsics()
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    todo = {gv.name_hint: f for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc)
+            and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))}
+    shares = shares or {}
+    order = sorted(todo, key=lambda n: (-shares.get(n, 0.0), n))
+    groups: dict[int, list[str]] = {}  # structural hash -> kernels (a repeated layer)
+    for n in order:
+        groups.setdefault(tvm_ffi.structural_hash(_workload(todo[n])), []).append(n)
+    deadline = time.monotonic() + budget_s
+    options: dict[str, list[tuple[str, tvm.IRModule]]] = {}  # lead kernel -> ranked picks
+    refs = {}
+    for k, names in enumerate(groups.values(), start=1):
+        lead = names[0]
+        wl = refs[lead] = _workload(todo[lead])
+        if progress is not None:
+            progress(f"scheduling kernels without a record: {k}/{len(groups)} {lead[:60]}")
+        found = []
+        if cost_model is not None and time.monotonic() < deadline:
+            try:
+                found = [(PREDICTED, m) for m in _search_pick(wl, target, space_generator,
+                                                              cost_model, seed + k)]
+            except Exception as e:  # a space the evolutionary search cannot sample
+                log.info("no search for %s: %s", lead, str(e).splitlines()[0][:200])
+        options[lead] = found or _rule_option(wl, target, space_generator, cost_model,
+                                              seed + k)
+    notes: dict[str, str] = {}
+    while True:  # check every kernel's current first option; drop the wrong ones
+        current = {n: opts[0][1] for n, opts in options.items() if opts}
+        bad = _check(current, refs, target) if check else {}
+        for n, why in bad.items():
+            kind = options[n].pop(0)[0]
+            notes[n] = f"{kind} pick rejected: {why}"
+            if not options[n] and kind == PREDICTED:  # every pick wrong: the rules' next
+                options[n] = _rule_option(refs[n], target, space_generator, cost_model,
+                                          seed + 1)
+        if not bad:
+            break
+    updated = {}
+    picks = {}
+    for names in groups.values():
+        lead = names[0]
+        opts = options[lead]
+        kind = opts[0][0] if opts else UNSCHEDULED
+        note = notes.get(lead, "" if opts else "the rules generate no schedule for it")
+        for n in names:
+            picks[n] = NoRecordPick(kind=kind, note=note)
+            if opts:
+                updated[n] = _as_kernel(opts[0][1]["main"], todo[n])
+    if not updated:
+        return mod, picks
+    funcs = {gv: updated.get(gv.name_hint, f) for gv, f in mod.functions.items()}
+    return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos), picks
