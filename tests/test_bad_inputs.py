@@ -136,6 +136,61 @@ def test_a_sidecar_without_the_library_digest_is_refused(work):
     refused(cli("run", lib, cwd=work), "old.so.json", "size and sha256")
 
 
+SIDECAR_EDITS = {
+    "input shape": (lambda d: d["inputs"][0].update(shape=[1, 3, 64, 32]),
+                    "its main takes input 'image' as R.Tensor((1, 3, 32, 32), "
+                    "dtype=\"float32\"), described as 1x3x64x32 float32"),
+    "input dtype": (lambda d: d["inputs"][0].update(dtype="int32"),
+                    "described as 1x3x32x32 int32 (expect Tensor with dtype float32"),
+    "an input more": (lambda d: d["inputs"].append({"name": "x2", "shape": [2],
+                                                    "dtype": "float32"}),
+                      "its main takes 1 inputs ['image'], the description lists 2"),
+    "no inputs": (lambda d: d["inputs"].clear(), "the description lists 0 []"),
+    "no outputs": (lambda d: d["outputs"].clear(),
+                   "its main returned 1x10 float32, described as nothing"),
+    "output rank": (lambda d: d["outputs"][0].update(shape=[7]), "described as 7 float32"),
+    "output dtype": (lambda d: d["outputs"][0].update(dtype="int64"),
+                     "returned 1x10 float32, described as 1x10 int64"),
+    "shape text": (lambda d: d["inputs"][0].update(shape="abc"),
+                   "inputs[0] is not a name, shape and numeric dtype"),
+    "negative size": (lambda d: d["inputs"][0].update(shape=[-1, 3, 32, 32]),
+                      "inputs[0] is not a name"),
+    "huge shape": (lambda d: d["inputs"][0].update(shape=[100000] * 3), "inputs[0] is not"),
+    "unknown dtype": (lambda d: d["inputs"][0].update(dtype="float99"), "inputs[0] is not"),
+    "inputs object": (lambda d: d.update(inputs={"image": 1}),
+                      "does not list the module's inputs"),
+    "target kind": (lambda d: d["tvm_target"].update(kind="nope"),
+                    "names the target kind 'nope', which TVM does not know"),
+    "consts list": (lambda d: d.update(consts=[1, 2]), "'consts' is not an object"),
+}
+
+
+@pytest.mark.parametrize("edit", list(SIDECAR_EDITS))
+def test_a_sidecar_that_disagrees_with_its_library_is_refused(work, edit):
+    """The library is intact (its digest matches); its description was changed."""
+    change, says = SIDECAR_EDITS[edit]
+    # a library of its own: one loaded in this process must not be overwritten
+    lib = copy_module(work, f"edited{list(SIDECAR_EDITS).index(edit)}.so")
+    info = json.loads(sidecar_path(lib).read_text())
+    change(info)
+    sidecar_path(lib).write_text(json.dumps(info))
+    with pytest.raises(ModuleLoadError) as err:  # called with inputs as described
+        mod = tf.load_module(lib)
+        mod(*[np.zeros(i.shape, i.dtype) for i in mod.input_info])
+    text = str(err.value)
+    assert says in text and lib.name in text and "tvm-fusion compile" in text, text
+    assert "\n" not in text
+
+
+def test_run_with_a_sidecar_that_disagrees_with_its_library(work):
+    lib = copy_module(work, "wrong.so")
+    info = json.loads(sidecar_path(lib).read_text())
+    info["inputs"][0]["shape"] = [1, 3, 64, 32]
+    sidecar_path(lib).write_text(json.dumps(info))
+    refused(cli("run", lib, "--repeat", "1", cwd=work), "wrong.so does not match wrong.so.json",
+            "input 'image'", "described as 1x3x64x32", "rebuild it with `tvm-fusion compile`")
+
+
 JIT = textwrap.dedent("""
     import sys
     import numpy as np
