@@ -162,6 +162,7 @@ SIDECAR_EDITS = {
     "target kind": (lambda d: d["tvm_target"].update(kind="nope"),
                     "names the target kind 'nope', which TVM does not know"),
     "consts list": (lambda d: d.update(consts=[1, 2]), "'consts' is not an object"),
+    "consts text": (lambda d: d.update(consts={"image": "x"}), "'consts' is not an object"),
 }
 
 
@@ -425,6 +426,14 @@ def _tiny_onnx(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+def test_a_model_with_text_that_is_not_utf8_is_refused(tmp_path):
+    """protobuf hands such a string field over as bytes (found by tests/test_fuzz.py)."""
+    raw = _tiny_onnx(tmp_path / "tiny.onnx").read_bytes()
+    (tmp_path / "bad.onnx").write_bytes(raw.replace(b"MatMul", b"MatM\xa0l"))
+    refused(cli("plan", "bad.onnx", cwd=tmp_path), "bad.onnx is damaged",
+            "NodeProto.op_type field holds bytes that are not UTF-8 text")
 
 
 def test_tune_into_a_path_under_a_file_is_refused(tmp_path):

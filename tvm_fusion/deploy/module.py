@@ -161,14 +161,24 @@ def _check_specs(info: dict, key: str, meta: Path) -> None:
                                   f"dtype ({json.dumps(e)[:80]}); {REBUILD}")
 
 
+def _numeric(value) -> bool:
+    """A number or a regular nested list of numbers (an input fixed as a constant)."""
+    try:
+        np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _check_description(info: dict, vm, path: Path, meta: Path) -> None:
     """What the description says of ``main`` holds for the library: its inputs and
     outputs are well formed and it lists as many inputs as ``main`` takes (their shapes
     and dtypes are checked by the VM at the call, see :meth:`Module._invoke`)."""
     for key in ("inputs", "outputs"):
         _check_specs(info, key, meta)
-    consts = info.get("consts", {})
-    if not isinstance(consts, dict) or not all(isinstance(k, str) for k in consts):
+    consts = info.get("consts") or {}
+    if not isinstance(consts, dict) or not all(isinstance(k, str) and _numeric(v)
+                                               for k, v in consts.items()):
         raise ModuleLoadError(f"{meta}: 'consts' is not an object of input values; {REBUILD}")
     arity = vm._get_function_arity("main")
     if arity != len(info["inputs"]):

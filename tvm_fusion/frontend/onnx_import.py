@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,4 +169,26 @@ def _parse(raw: bytes, source: str) -> onnx.ModelProto:
     if proto.ir_version < 1 or not proto.graph.output or not proto.opset_import:
         raise ModelImportError(
             f"{source} is not an ONNX model (no IR version, opset or graph outputs in it)")
+    bad = next(_undecoded_text(proto), None)
+    if bad is not None:  # protobuf hands such a field over as bytes, which nothing expects
+        raise ModelImportError(f"{source} is damaged: its {bad} field holds bytes that are "
+                               "not UTF-8 text; export the model again or copy it again")
     return proto
+
+
+def _undecoded_text(msg) -> Iterator[str]:
+    """The names of string fields of ``msg`` (recursively) that are not valid UTF-8."""
+    if msg.DESCRIPTOR.full_name == "onnx.TensorProto":  # not its data: reading copies it
+        if not isinstance(msg.name, str):
+            yield "TensorProto.name"
+        for entry in msg.external_data:
+            yield from _undecoded_text(entry)
+        return
+    for fd, value in msg.ListFields():
+        if fd.type == fd.TYPE_STRING:
+            values = [value] if isinstance(value, (str, bytes)) else value
+            if not all(isinstance(v, str) for v in values):
+                yield fd.full_name.removeprefix("onnx.")
+        elif fd.type == fd.TYPE_MESSAGE:
+            for sub in [value] if hasattr(value, "ListFields") else value:
+                yield from _undecoded_text(sub)
