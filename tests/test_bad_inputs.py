@@ -307,9 +307,12 @@ def test_external_data_past_the_end_on_the_command_line(tmp_path):
 @pytest.mark.parametrize("location,says", [
     ("missing.bin", "does not exist in"), ("", "names no file"),
     (".", "not a regular file"), ("fifo", "not a regular file"), ("a\0b", "not a file name"),
+    ("loop1", "a loop of links"),
 ])
 def test_external_data_that_is_not_a_file_is_refused(tmp_path, location, says):
     os.mkfifo(tmp_path / "fifo")  # reading it would block: it must never be opened
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
     model = _external_onnx(tmp_path / "m.onnx", location)
     with pytest.raises(ModelImportError, match="tensor 'w'") as info:
         tf.import_model(model)

@@ -109,11 +109,17 @@ def _check(tensor: TensorProto, root: Path, source: str) -> _Slice:
         raise ModelImportError(f"{where}, an absolute path; {FIX}")
     try:
         path = (root / location).resolve()
-        st = path.stat()
     except ValueError:  # a NUL byte in the name
         raise ModelImportError(f"{where}, which is not a file name; {FIX}") from None
-    except OSError:
+    except RuntimeError:  # Python 3.11's resolve() on links that lead to each other
+        raise ModelImportError(f"{where}, a loop of links; {FIX}") from None
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         st = None
+    except OSError as err:
+        raise ModelImportError(f"{where}, which cannot be read ({err.strerror}); {FIX}"
+                               ) from None
     if not path.is_relative_to(root):
         # inside by its name but not once links are followed: say where the link leads
         lexical = Path(os.path.normpath(root / location))
