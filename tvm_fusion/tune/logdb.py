@@ -351,6 +351,9 @@ class LogDatabase(PyDatabase):
         self._bad.pop((name, lineno), None)  # a truncated tail may have been completed
         try:
             obj = json.loads(raw)
+        except UnicodeDecodeError as e:  # a ValueError without .msg: before that branch
+            self._skip(name, lineno, f"not UTF-8 text (byte {e.start})")
+            return
         except ValueError as e:
             self._skip(name, lineno, f"not JSON ({e.msg} at column {e.colno})")
             return
