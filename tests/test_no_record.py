@@ -111,6 +111,13 @@ def test_a_wrong_pick_is_caught_by_the_check():
     assert fallback._check({"k": sch.mod}, {"k": plain}, target) == {}
     assert fallback._check({"k": kernel(2.0)}, {"k": plain}, target) == {
         "k": "outputs differ from the unscheduled kernel"}
+    # a pick that does not lower (a variable no argument defines) is named, the rest run
+    a = te.placeholder((64,), "float32", name="a")
+    free = te.compute((64,), lambda i: a[i] + tvm.tirx.Var("free", "float32"), name="b")
+    unbuildable = tvm.IRModule({"main": te.create_prim_func([a, free])})
+    bad = fallback._check({"k": unbuildable, "j": kernel(1.0)}, {"k": plain, "j": plain},
+                          target)
+    assert list(bad) == ["k"] and bad["k"].startswith("does not build: ") and "free" in bad["k"]
 
 
 def test_a_jit_signature_without_records_gets_scheduled_kernels(chain, tmp_path):

@@ -159,11 +159,14 @@ def _check(picks: Mapping[str, tvm.IRModule], refs: Mapping[str, tvm.IRModule],
         return tvm.IRModule({n: m["main"].with_attr("global_symbol", n)
                              for n, m in mods.items()})
 
-    names = sorted(picks)
-    bad = {}
     target = _host_like(target)
-    with vectorizable_exp():  # the lowering compile uses for the picks
-        got_lib = tvm.tirx.build(module({n: picks[n] for n in names}), target=target)
+    got_lib = _build(module(picks), target)
+    bad = {} if got_lib is not None else _unbuildable(picks, target)
+    names = sorted(n for n in picks if n not in bad)
+    if not names:
+        return bad
+    if got_lib is None:
+        got_lib = _build(module({n: picks[n] for n in names}), target)
     ref_lib = tvm.tirx.build(module({n: refs[n] for n in names}), target=target)
     dev = tvm.cpu(0)
     for n in names:
@@ -178,6 +181,28 @@ def _check(picks: Mapping[str, tvm.IRModule], refs: Mapping[str, tvm.IRModule],
             continue
         if not all(_close(w.numpy(), g.numpy()) for w, g in zip(want, got)):
             bad[n] = "outputs differ from the unscheduled kernel"
+    return bad
+
+
+def _build(mod: tvm.IRModule, target):
+    """``mod`` built with the lowering compile uses for the picks; None if it fails."""
+    try:
+        with vectorizable_exp():
+            return tvm.tirx.build(mod, target=target)
+    except Exception:  # TVM's lowering errors (an invalid loop nest) have many types
+        return None
+
+
+def _unbuildable(picks: Mapping[str, tvm.IRModule], target) -> dict[str, str]:
+    """The picks that do not lower or compile alone, with TVM's last line (a schedule
+    that uses a loop variable before its definition fails here, not in the build)."""
+    bad = {}
+    for n, mod in picks.items():
+        try:
+            with vectorizable_exp():
+                tvm.tirx.build(mod, target=target)
+        except Exception as e:
+            bad[n] = f"does not build: {str(e).strip().splitlines()[-1][:200]}"
     return bad
 
 
