@@ -42,6 +42,8 @@ setup(
     extras_require={"test": ["pytest>=7", "matplotlib>=3.7", "nvidia-cuda-cuobjdump",
                              "nvidia-cuda-nvdisasm", "nbclient>=0.10", "nbformat>=5.10",
                              "ipykernel>=6.29", "threadpoolctl>=3",
-                             "pytest-xdist>=3.5"]},
+                             "pytest-xdist>=3.5"],
+                    # benchmarks/peers.py's second peer (pip install -e '.[bench]')
+                    "bench": ["openvino>=2025"]},
     entry_points={"console_scripts": ["tvm-fusion=tvm_fusion.cli:main"]},
 )
