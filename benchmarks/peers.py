@@ -56,8 +56,13 @@ def _timed(fn, runs: int) -> list[float]:
     return times
 
 
-def _worker(system: str, model_path: str, shapes: dict, runs: int) -> dict:
-    feeds = _inputs(model_path, shapes)
+def _worker(system: str, model_path: str, shapes: dict, runs: int, feeds_npz=None) -> dict:
+    if feeds_npz:
+        import numpy as np
+        with np.load(feeds_npz) as z:
+            feeds = {k: z[k] for k in z.files}
+    else:
+        feeds = _inputs(model_path, shapes)
     if system == "ort":
         import onnxruntime as ort
         sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
@@ -73,7 +78,7 @@ def _worker(system: str, model_path: str, shapes: dict, runs: int) -> dict:
     elif system.startswith("so:"):
         import tvm_fusion as tf
         mod = tf.load_module(system[3:])
-        args = [feeds[t["name"]] for t in mod.info["inputs"]]
+        args = [feeds[t["name"]] for t in mod.info["inputs"]]  # consts are folded in
         fn = lambda: mod(*args)  # noqa: E731
     else:
         raise SystemExit(f"unknown system {system!r}: ort, openvino or so:PATH")
@@ -89,7 +94,7 @@ def _parse_shapes(items) -> dict:
 
 
 def run(model_path: str, systems: list[str], *, shapes=None, rounds: int = 5,
-        runs: int = 20) -> dict:
+        runs: int = 20, feeds_npz=None) -> dict:
     """Each system's per-round medians (ms), alternated rounds, one process each."""
     shapes = shapes or {}
     result = {s: [] for s in systems}
@@ -99,6 +104,8 @@ def run(model_path: str, systems: list[str], *, shapes=None, rounds: int = 5,
             cmd = [sys.executable, "-m", "benchmarks.peers", model_path, "--worker", system,
                    "--runs", str(runs)] + [f"--shape={n}={','.join(map(str, d))}"
                                            for n, d in shapes.items()]
+            if feeds_npz:
+                cmd += ["--feeds", str(feeds_npz)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -128,15 +135,16 @@ def main(argv=None) -> int:
     p.add_argument("--shape", action="append")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--feeds", help="inputs as an .npz of arrays named as the model's inputs")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the summary here")
     args = p.parse_args(argv)
     shapes = _parse_shapes(args.shape)
     if args.worker:
-        print(json.dumps(_worker(args.worker, args.model, shapes, args.runs)))
+        print(json.dumps(_worker(args.worker, args.model, shapes, args.runs, args.feeds)))
         return 0
     res = summary(run(args.model, args.system or ["ort"], shapes=shapes,
-                      rounds=args.rounds, runs=args.runs))
+                      rounds=args.rounds, runs=args.runs, feeds_npz=args.feeds))
     for system, s in res.items():
         med = "failed" if s["median"] is None else f"{s['median']:.3f} ms (best {s['best']:.3f})"
         print(f"{system:40s} {med}")
