@@ -24,6 +24,10 @@ from tvm_fusion.frontend.fold import fix_input_shapes
 
 
 def _float_model(name: str, shapes: dict | None) -> tuple[onnx.ModelProto, dict]:
+    if name == "resnet50":  # benchmarks/synthetic.py's, NHWC
+        from benchmarks.synthetic import resnet50_path
+        shapes = dict(shapes or {"x": (1, 224, 224, 3)})
+        return fix_input_shapes(onnx.load(str(resnet50_path())), shapes), shapes
     spec = zoo.ZOO[name]
     shapes = dict(shapes or spec.shapes)
     return fix_input_shapes(onnx.load(str(zoo.fetch(name))), shapes), shapes

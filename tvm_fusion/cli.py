@@ -281,6 +281,8 @@ def _print_schedule_kinds(compiled) -> None:
             share = {n: compiled.untuned_share.get(n.removesuffix("_prepacked")) for n in names}
             print(f"  {kind}: " + ", ".join(
                 n + (f" ({share[n]:.0%})" if share[n] else "") for n in names))
+    for name, note in compiled.info.get("schedule_notes", {}).items():
+        print(f"  {name}: {note}")
 
 
 def cmd_compile(args) -> int:

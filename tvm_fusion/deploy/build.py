@@ -439,6 +439,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "kernels": sorted(funcs), "untuned": list(untuned),
         # how each kernel's schedule was chosen: measured, predicted, rule default, unscheduled
         "schedules": schedules,
+        # why a kernel without a record got the kind it got (a rejected pick, no rule)
+        "schedule_notes": {n: p.note for n, p in sorted(picks.items()) if p.note},
         # kernels reading weights packed at build: the packed constants' shapes
         "prepack": prepack, "prepacked": packed,
         "untuned_est_share": _untuned_share(plan, untuned),

@@ -40,6 +40,10 @@ from .verify import _buffers
 log = logging.getLogger(__name__)
 
 MEASURED, PREDICTED, RULE, UNSCHEDULED = "measured", "predicted", "rule default", "unscheduled"
+# A quantized output may differ by one step where its float input sits at a rounding tie
+# and the pick's vector code rounds it the other way (an FMA, a reciprocal): ResNet-50
+# QDQ's conv + requantize picks had 3 of 802816 outputs 1 step off. More is wrong.
+QUANT_TIES = 1e-3
 CHECK_SEED = 0  # one random draw: a wrong loop nest is wrong on any input (tuning uses 3)
 DEFAULT_BUDGET_S = 20.0  # seconds of cost-model search per build, over all kernels
 SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
@@ -207,8 +211,10 @@ def _unbuildable(picks: Mapping[str, tvm.IRModule], target) -> dict[str, str]:
 
 
 def _close(want: np.ndarray, got: np.ndarray) -> bool:
-    if want.dtype.kind != "f":
-        return np.array_equal(want, got)
+    if want.dtype.kind != "f":  # integers: a quantize's float input at a rounding tie
+        diff = np.abs(want.astype(np.int64) - got.astype(np.int64))  # may land 1 step off
+        return bool(diff.max(initial=0) <= 1 and
+                    np.count_nonzero(diff) <= QUANT_TIES * max(diff.size, 1))
     finite = np.abs(want[np.isfinite(want)])  # a log or division may give inf or NaN
     scale = max(float(finite.max()) if finite.size else 0.0, 1.0)
     return bool(np.allclose(got, want, rtol=1e-4, atol=1e-4 * scale, equal_nan=True))
