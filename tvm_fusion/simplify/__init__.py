@@ -54,6 +54,8 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
     if not tvm_ffi.structural_equal(mod, model.mod):
         opts = sorted({**_DEFAULTS, **options}.items())
         tag = f"{model.model_hash}:simplify-v{SIMPLIFY_VERSION}:{opts}"
+        if report.line_convs:  # a later rewrite: only the models it changed get a new hash
+            tag += f":line-convs-{report.line_convs}"
         digest = hashlib.sha256(tag.encode()).hexdigest()
     return dataclasses.replace(model, mod=mod, model_hash=digest, simplified=report,
                                unsimplified=model)

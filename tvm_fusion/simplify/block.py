@@ -74,6 +74,22 @@ def dtype_of(expr) -> str:
     return str(getattr(getattr(expr, "ty", None), "dtype", ""))
 
 
+def moves_unit_axes_only(shape, perm) -> bool:
+    """Whether ``permute_dims(x, perm)`` of an ``x`` of ``shape`` keeps every axis longer
+    than 1 in its order: it then moves no element, and is a reshape."""
+    big = [a for a in perm if shape[a] != 1]
+    return big == sorted(big)
+
+
+def permuted(x, perm, shape):
+    """``permute_dims(x, perm)`` (``x`` of static ``shape``), as a reshape where that is
+    all it is (:func:`moves_unit_axes_only`): a transpose kernel otherwise."""
+    perm = [int(a) for a in perm]
+    if moves_unit_axes_only(shape, perm):
+        return relax.op.reshape(x, [shape[a] for a in perm])
+    return relax.op.permute_dims(x, perm)
+
+
 class BlockRewriter:
     """Rebuild ``main`` binding by binding; subclasses override :meth:`rewrite`.
 

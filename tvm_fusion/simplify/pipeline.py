@@ -9,6 +9,7 @@ from .affine import AffineFolder, name_folded_batch_norms
 from .block import count_ops, single_block
 from .casts import CastEliminator
 from .fold import fold_constants
+from .line_convs import LineConvs
 from .parallel import MatmulCombiner
 from .qdq import QdqIntegerizer
 from .report import SimplifyReport
@@ -20,6 +21,25 @@ def _cleanup(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
     ])(mod)
+
+
+def _line_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
+    """1-D and tiny pointwise convs moved to NHWC (:mod:`.line_convs`), then the
+    transposes after them sunk; ``(module, convs moved, transpose pairs cancelled)``.
+
+    Its own sinking pass, after the model's: the keep-or-drop rule of a sinking pass is
+    over the whole model, and a line conv's transposes sunk together with the model's
+    would let a rewrite that moves more bytes elsewhere pass on what the conv saves.
+    """
+    lines = LineConvs(mod)
+    lined = _cleanup(lines.run())
+    if not lines.convs:
+        return mod, 0, 0
+    sinker = TransposeSinker(lined, from_convs=True)
+    sunk = _cleanup(sinker.run())
+    if transposed_elements(sunk) <= transposed_elements(lined):
+        return sunk, lines.convs, sinker.pairs
+    return lined, lines.convs, 0
 
 
 def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = True,
@@ -34,8 +54,9 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
     transposes : bool
         Sink and cancel transposes.
     nhwc : bool
-        Let NCHW convs and pools whose input is NHWC data run in NHWC (with
-        ``transposes``).
+        Let NCHW convs and pools whose input is NHWC data run in NHWC, and 1-D and tiny
+        pointwise convs run in NHWC in any case (:mod:`.line_convs`; with
+        ``transposes``, which cancels what they can of the transposes around them).
     affine : bool
         Fold batch norms and constant per-channel Mul/Div/Add/Sub into convs and matmuls.
     combine_matmul : bool
@@ -83,6 +104,9 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
         if transposed_elements(sunk) <= transposed_elements(mod):
             mod = sunk
             counts["transpose_pairs"], counts["nhwc_ops"] = sinker.pairs, sinker.nhwc_ops
+    if transposes and nhwc:
+        mod, counts["line_convs"], pairs = _line_convs(mod)
+        counts["transpose_pairs"] = counts.get("transpose_pairs", 0) + pairs
 
     if affine:
         folder = AffineFolder(mod)

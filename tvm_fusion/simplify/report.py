@@ -21,6 +21,9 @@ class SimplifyReport:
         Transposes that met their inverse and vanished together.
     nhwc_ops : int
         Convolutions and pools that now run on NHWC data instead of transposing it.
+    line_convs : int
+        1-D and tiny pointwise convolutions moved to NHWC, where they are GEMMs with the
+        output channels in vector lanes (:mod:`.line_convs`).
     batch_norms_folded : int
         BatchNorm ops folded into a preceding conv by TVM's FoldBatchnormToConv2D.
     affine_ops_folded, affine_chains : int
@@ -45,6 +48,7 @@ class SimplifyReport:
     transposes_after: int = 0
     transpose_pairs: int = 0
     nhwc_ops: int = 0
+    line_convs: int = 0
     batch_norms_folded: int = 0
     affine_ops_folded: int = 0
     affine_chains: int = 0
@@ -60,6 +64,7 @@ class SimplifyReport:
         """Whether any rewrite fired."""
         return self.ops_before != self.ops_after or any((
             self.identity_casts, self.round_trip_casts, self.transpose_pairs, self.nhwc_ops,
+            self.line_convs,
             self.batch_norms_folded, self.affine_ops_folded, self.matmuls_combined,
             self.int8_gemms, self.transposes_before != self.transposes_after))
 
@@ -78,6 +83,8 @@ class SimplifyReport:
             parts.append(f"transposes {self.transposes_before} -> {self.transposes_after}")
         if self.nhwc_ops:
             parts.append(f"{self.nhwc_ops} convs/pools kept in NHWC")
+        if self.line_convs:
+            parts.append(f"{self.line_convs} 1-D/pointwise convs moved to NHWC")
         if self.batch_norms_folded:
             parts.append(f"folded {self.batch_norms_folded} batch norms into convs")
         if self.affine_ops_folded:

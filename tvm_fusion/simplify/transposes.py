@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .block import DEFER, BlockRewriter, const_value, op_name, shape_of
+from .block import DEFER, BlockRewriter, const_value, op_name, permuted, shape_of
 
 _UNARY = frozenset(f"relax.{n}" for n in (
     "abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "exp", "floor", "log",
@@ -61,11 +61,18 @@ def transposed_elements(mod: tvm.IRModule) -> int:
 
 
 class TransposeSinker(BlockRewriter):
-    """See the module docstring. Counts cancelled pairs and convs/pools moved to NHWC."""
+    """See the module docstring. Counts cancelled pairs and convs/pools moved to NHWC.
 
-    def __init__(self, mod, *, nhwc: bool = True):
+    ``from_convs`` sinks only the transposes of channel-last conv outputs (those
+    :mod:`.line_convs` puts after the convs it moves) and the ops they reach; every other
+    transpose stays as it is, so that the keep-or-drop decision on the result is about
+    those alone.
+    """
+
+    def __init__(self, mod, *, nhwc: bool = True, from_convs: bool = False):
         super().__init__(mod)
         self.nhwc = nhwc
+        self.from_convs = from_convs
         self.views: dict = {}  # old var -> (new value u, perm)
         self._made: dict = {}  # (u, perm) -> materialized transpose
         self.pairs = 0
@@ -86,7 +93,10 @@ class TransposeSinker(BlockRewriter):
             u, p = self.views[expr]
             key = (u, p)
             if key not in self._made:
-                self._made[key] = self.emit(relax.op.permute_dims(u, list(p)), "pt")
+                shape = shape_of(u)
+                move = (permuted(u, p, shape) if shape is not None
+                        else relax.op.permute_dims(u, list(p)))
+                self._made[key] = self.emit(move, "pt")
             return self._made[key]
         return super().arg(expr)
 
@@ -100,6 +110,9 @@ class TransposeSinker(BlockRewriter):
     def rewrite(self, var, value):
         op = op_name(value)
         if op == "relax.permute_dims":
+            if self.from_convs and value.args[0] not in self.views \
+                    and not _channels_last_conv(self.producer(self.subst(value.args[0]))):
+                return None
             u, p = self.view(value.args[0])
             if p is None:
                 return None
@@ -130,6 +143,10 @@ class TransposeSinker(BlockRewriter):
             return self._defer(var, w, p)
         if self.nhwc and op in _LAYOUT_OPS:
             return self._to_nhwc(var, value, op)
+        if op == "relax.strided_slice":
+            return self._slice(var, value)
+        if op == "relax.squeeze":
+            return self._squeeze(var, value)
         return None
 
     def _nary(self, var, value):
@@ -178,6 +195,45 @@ class TransposeSinker(BlockRewriter):
         r = tuple(kept_src.index(p[i]) for i in range(n) if i not in axes)
         return self._defer(var, w, r)
 
+    def _slice(self, var, value):
+        """A slice of a view slices ``u`` along the permuted axes; one that keeps every
+        element (tf2onnx's ``x[:, :, :, 0:1]`` of a unit axis) is the view itself."""
+        u, p = self.view(value.args[0])
+        if p is None or p == _identity(len(p)):
+            return None
+        ints = [_int_tuple(a) for a in value.args[1:5]]
+        if len(ints) == 3 and ints[0] is not None:  # no strides: every one 1
+            ints.append([1] * len(ints[0]))
+        if len(ints) != 4 or any(x is None for x in ints):
+            return None
+        axes, begin, end, strides = ints
+        shape = shape_of(value.args[0])
+        if shape is not None and all(
+                b == 0 and e >= shape[a] and s == 1
+                for a, b, e, s in zip(axes, begin, end, strides)):
+            return self._defer(var, u, p)
+        w = self.emit(relax.op.strided_slice(
+            u, [p[a % len(p)] for a in axes], begin, end, strides,
+            bool(value.attrs.assume_inbound) if value.attrs is not None else False),
+            var.name)
+        return self._defer(var, w, p)
+
+    def _squeeze(self, var, value):
+        """A squeeze of a view squeezes the same axes of ``u``; the view drops them."""
+        u, p = self.view(value.args[0])
+        shape = shape_of(value.args[0])
+        if p is None or p == _identity(len(p)) or shape is None:
+            return None
+        n = len(p)
+        axis = value.attrs.axis
+        axes = (sorted(int(a) % n for a in axis) if axis is not None
+                else [i for i in range(n) if shape[i] == 1])
+        src = sorted(p[a] for a in axes)
+        w = self.emit(relax.op.squeeze(u, src), var.name)
+        kept_src = sorted(set(range(n)) - set(src))
+        return self._defer(var, w, tuple(kept_src.index(p[i]) for i in range(n)
+                                         if i not in axes))
+
     def _to_nhwc(self, var, value, op):
         u, p = self.view(value.args[0])
         a = value.attrs
@@ -196,6 +252,25 @@ class TransposeSinker(BlockRewriter):
                      a.count_include_pad, "NHWC", "NHWC")
         self.nhwc_ops += 1
         return self._defer(var, self.emit(new, var.name), _NHWC_VIEW)
+
+
+def _channels_last_conv(expr) -> bool:
+    return op_name(expr) in ("relax.nn.conv1d", "relax.nn.conv2d") \
+        and str(expr.attrs.data_layout) in ("NWC", "NHWC")
+
+
+def _int_tuple(expr) -> list[int] | None:
+    """The integers of a Relax tuple of constants (a slice's bounds), else None."""
+    fields = getattr(expr, "fields", None)
+    if fields is None:
+        return None
+    out = []
+    for f in fields:
+        v = f.value if isinstance(getattr(f, "value", None), tvm.tirx.IntImm) else f
+        if not isinstance(v, tvm.tirx.IntImm):
+            return None
+        out.append(int(v.value))
+    return out
 
 
 _LAYOUT_OPS = frozenset({"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
