@@ -31,6 +31,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
 
 from .fast_import import import_tensor_intrinsics
 from .fast_math import vectorizable_exp
@@ -44,6 +45,8 @@ MEASURED, PREDICTED, RULE, UNSCHEDULED = "measured", "predicted", "rule default"
 # and the pick's vector code rounds it the other way (an FMA, a reciprocal): ResNet-50
 # QDQ's conv + requantize picks had 3 of 802816 outputs 1 step off. More is wrong.
 QUANT_TIES = 1e-3
+CHECK_BUDGET_S = 20.0  # seconds of plain reference runs per build (serial scalar loops)
+PLAIN_FLOPS_PER_S = 1e9  # a first guess of their rate, raised to what they really reach
 CHECK_SEED = 0  # one random draw: a wrong loop nest is wrong on any input (tuning uses 3)
 DEFAULT_BUDGET_S = 20.0  # seconds of cost-model search per build, over all kernels
 SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
@@ -152,40 +155,79 @@ def _host_like(target) -> tvm.target.Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": here})
 
 
+class _Checker:
+    """Runs picks against their plain kernels (:meth:`check`) within a time budget.
+
+    A plain kernel is serial scalar loops: on a U-Net at 256 x 256 (fastmrz-seg) its
+    references alone ran for minutes. The references run cheapest first (by FLOPs, at the
+    fastest rate seen so far), each once (cached across rounds); one that would not end
+    within the budget is not run, and its pick is used unchecked and says so.
+    """
+
+    def __init__(self, refs: Mapping[str, tvm.IRModule], target, budget_s: float):
+        self.refs, self.target = refs, _host_like(target)
+        self.deadline = time.monotonic() + budget_s
+        self.flops = {n: float(estimate_tir_flops(m)) for n, m in refs.items()}
+        self.rate = PLAIN_FLOPS_PER_S  # raised to what the references really ran at
+        self.outputs: dict[str, list[np.ndarray]] = {}
+        self.unchecked: set[str] = set()
+        self._lib = None
+
+    def _reference(self, n: str):
+        """The plain kernel's buffers after one run, or None past the budget."""
+        if n in self.outputs:
+            return self.outputs[n]
+        left = self.deadline - time.monotonic()
+        if n in self.unchecked or self.flops[n] / self.rate > left:
+            self.unchecked.add(n)
+            return None
+        if self._lib is None:  # every reference in one build
+            self._lib = tvm.tirx.build(tvm.IRModule({
+                k: m["main"].with_attr("global_symbol", k) for k, m in self.refs.items()}),
+                target=self.target)
+        arrays = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], CHECK_SEED)]
+        t0 = time.monotonic()
+        self._lib[n](*arrays)
+        took = time.monotonic() - t0
+        if took > 0:
+            self.rate = max(self.rate, self.flops[n] / took)
+        self.outputs[n] = [a.numpy() for a in arrays]
+        return self.outputs[n]
+
+    def check(self, picks: Mapping[str, tvm.IRModule]) -> dict[str, str]:
+        """Name -> why the pick is wrong; picks past the budget are left out of it."""
+        if not picks:
+            return {}
+        picks = {n: picks[n] for n in sorted(picks, key=lambda k: (self.flops[k], k))}
+        got_lib = _build(_named(picks), self.target)
+        bad = {} if got_lib is not None else _unbuildable(picks, self.target)
+        names = [n for n in picks if n not in bad]
+        if names and got_lib is None:
+            got_lib = _build(_named({n: picks[n] for n in names}), self.target)
+        for n in names:
+            want = self._reference(n)
+            if want is None:
+                continue
+            got = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], CHECK_SEED)]
+            try:
+                got_lib[n](*got)
+            except Exception as e:  # an out-of-bounds access the runtime caught
+                bad[n] = f"failed to run: {str(e).splitlines()[-1][:200]}"
+                continue
+            if not all(_close(w, g.numpy()) for w, g in zip(want, got)):
+                bad[n] = "outputs differ from the unscheduled kernel"
+        return bad
+
+
 def _check(picks: Mapping[str, tvm.IRModule], refs: Mapping[str, tvm.IRModule],
            target) -> dict[str, str]:
     """Name -> why the pick is wrong, for the picks whose outputs differ from their
-    unscheduled kernel's on random inputs (both built once for all kernels)."""
-    if not picks:
-        return {}
+    unscheduled kernel's on random inputs (no time budget)."""
+    return _Checker(refs, target, float("inf")).check(picks)
 
-    def module(mods):
-        return tvm.IRModule({n: m["main"].with_attr("global_symbol", n)
-                             for n, m in mods.items()})
 
-    target = _host_like(target)
-    got_lib = _build(module(picks), target)
-    bad = {} if got_lib is not None else _unbuildable(picks, target)
-    names = sorted(n for n in picks if n not in bad)
-    if not names:
-        return bad
-    if got_lib is None:
-        got_lib = _build(module({n: picks[n] for n in names}), target)
-    ref_lib = tvm.tirx.build(module({n: refs[n] for n in names}), target=target)
-    dev = tvm.cpu(0)
-    for n in names:
-        arrays = _buffers(refs[n]["main"], CHECK_SEED)
-        want = [tvm.runtime.tensor(a, dev) for a in arrays]
-        got = [tvm.runtime.tensor(a, dev) for a in arrays]
-        try:
-            ref_lib[n](*want)
-            got_lib[n](*got)
-        except Exception as e:  # an out-of-bounds access the runtime caught
-            bad[n] = f"failed to run: {str(e).splitlines()[-1][:200]}"
-            continue
-        if not all(_close(w.numpy(), g.numpy()) for w, g in zip(want, got)):
-            bad[n] = "outputs differ from the unscheduled kernel"
-    return bad
+def _named(mods: Mapping[str, tvm.IRModule]) -> tvm.IRModule:
+    return tvm.IRModule({n: m["main"].with_attr("global_symbol", n) for n, m in mods.items()})
 
 
 def _build(mod: tvm.IRModule, target):
@@ -224,7 +266,8 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
                              space_generator, cost_model=None,
                              budget_s: float = DEFAULT_BUDGET_S,
                              shares: Mapping[str, float] | None = None,
-                             check: bool = True, seed: int = 0,
+                             check: bool = True, check_budget_s: float = CHECK_BUDGET_S,
+                             seed: int = 0,
                              progress: Callable[[str], None] | None = None
                              ) -> tuple[tvm.IRModule, dict[str, NoRecordPick]]:
     """Schedule every unscheduled PrimFunc of ``mod`` without measuring anything.
@@ -248,6 +291,9 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
     check : bool
         Run each pick against its unscheduled kernel on this machine (the device must
         be here); a wrong pick falls back to the next kind.
+    check_budget_s : float
+        Seconds the plain reference kernels may run in all, cheapest first; the picks
+        of kernels past it are used unchecked, and their note says so.
     seed : int
     progress : callable, optional
         Called with one line per kernel.
@@ -286,9 +332,10 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
         options[lead] = found or _rule_option(wl, target, space_generator, cost_model,
                                               seed + k)
     notes: dict[str, str] = {}
+    checker = _Checker(refs, target, check_budget_s if check else 0.0)
     while True:  # check every kernel's current first option; drop the wrong ones
         current = {n: opts[0][1] for n, opts in options.items() if opts}
-        bad = _check(current, refs, target) if check else {}
+        bad = checker.check(current)
         for n, why in bad.items():
             kind = options[n].pop(0)[0]
             notes[n] = f"{kind} pick rejected: {why}"
@@ -304,6 +351,10 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
         opts = options[lead]
         kind = opts[0][0] if opts else UNSCHEDULED
         note = notes.get(lead, "" if opts else "the rules generate no schedule for it")
+        if opts and lead in checker.unchecked:
+            note = (note + "; " if note else "") + (
+                "not checked: its plain reference would run past the check's "
+                f"{check_budget_s:.0f} s")
         for n in names:
             picks[n] = NoRecordPick(kind=kind, note=note)
             if opts:
