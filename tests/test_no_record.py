@@ -142,3 +142,19 @@ def test_cli_compile_says_which_kernel_got_which_kind(tmp_path):
     help_text = subprocess.run([sys.executable, "-m", "tvm_fusion", "compile", "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert "--no-record-budget" in help_text and "seconds" in help_text
+
+
+def test_a_kernel_that_would_divide_by_zero_on_random_inputs_is_not_run():
+    """Random integer inputs are zeros: a division by one (a strided slice's shape
+    function) killed the suite's process with SIGFPE. Such a pick is used unchecked."""
+    from tvm import te
+
+    a = te.placeholder((8,), "int64", name="a")
+    c = te.placeholder((1,), "int64", name="c")
+    b = te.compute((8,), lambda i: tvm.tirx.floordiv(a[i], c[0]), name="b")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, c, b])})
+    assert fallback._may_trap(mod["main"]) == "an integer division by a run-time value"
+    checker = fallback._Checker({"k": mod}, as_target("host").tvm_target(), 60.0)
+    assert checker.check({"k": mod}) == {} and checker.unchecked == {"k"}
+    b2 = te.compute((8,), lambda i: tvm.tirx.floordiv(a[i], 4), name="b")
+    assert fallback._may_trap(te.create_prim_func([a, b2])) is None

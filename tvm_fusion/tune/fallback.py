@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -171,12 +172,18 @@ class _Checker:
         self.rate = PLAIN_FLOPS_PER_S  # raised to what the references really ran at
         self.outputs: dict[str, list[np.ndarray]] = {}
         self.unchecked: set[str] = set()
+        self.risky: dict[str, str | None] = {}  # kernel -> why running it may trap
         self._lib = None
 
     def _reference(self, n: str):
         """The plain kernel's buffers after one run, or None past the budget."""
         if n in self.outputs:
             return self.outputs[n]
+        if n not in self.risky:
+            self.risky[n] = _may_trap(self.refs[n]["main"])
+        if self.risky[n]:
+            self.unchecked.add(n)
+            return None
         left = self.deadline - time.monotonic()
         if n in self.unchecked or self.flops[n] / self.rate > left:
             self.unchecked.add(n)
@@ -217,6 +224,23 @@ class _Checker:
             if not all(_close(w, g.numpy()) for w, g in zip(want, got)):
                 bad[n] = "outputs differ from the unscheduled kernel"
         return bad
+
+
+# An integer division or modulo by a value read at run time (a buffer element, an
+# expression of one), or a data-dependent loop: on random inputs (zeros for integers) it
+# divides by zero, which kills the process with SIGFPE (a strided slice's shape function,
+# NonMaxSuppression), or never ends. TVMScript prints floordiv / floormod as // and %.
+_RUNTIME_DIVISOR = re.compile(r"(?://|%) (?!\(?T\.u?int\d+\(-?\d+\)|-?\d)")
+
+
+def _may_trap(func: tvm.tirx.PrimFunc) -> str | None:
+    """Why running ``func`` on random inputs may kill the process or hang, or None."""
+    text = func.script()
+    if _RUNTIME_DIVISOR.search(text) or "T.truncdiv(" in text or "T.truncmod(" in text:
+        return "an integer division by a run-time value"
+    if "while " in text:
+        return "a data-dependent loop"
+    return None
 
 
 def _check(picks: Mapping[str, tvm.IRModule], refs: Mapping[str, tvm.IRModule],
@@ -352,7 +376,9 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
         kind = opts[0][0] if opts else UNSCHEDULED
         note = notes.get(lead, "" if opts else "the rules generate no schedule for it")
         if opts and lead in checker.unchecked:
+            why = checker.risky.get(lead)
             note = (note + "; " if note else "") + (
+                f"not checked: random inputs would run into {why}" if why else
                 "not checked: its plain reference would run past the check's "
                 f"{check_budget_s:.0f} s")
         for n in names:
