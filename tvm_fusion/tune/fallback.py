@@ -48,7 +48,9 @@ MEASURED, PREDICTED, RULE, UNSCHEDULED = "measured", "predicted", "rule default"
 QUANT_TIES = 1e-3
 CHECK_BUDGET_S = 20.0  # seconds of plain reference runs per build (serial scalar loops)
 PLAIN_FLOPS_PER_S = 1e9  # a first guess of their rate, raised to what they really reach
-CHECK_SEED = 0  # one random draw: a wrong loop nest is wrong on any input (tuning uses 3)
+# Two random draws: one let a conv+concat kernel pass at 5e-5 that is 5e-4 off on other
+# draws (RESULTS.md run 1); tuning uses three, with timing on top
+CHECK_SEEDS = (0, 1)
 DEFAULT_BUDGET_S = 20.0  # seconds of cost-model search per build, over all kernels
 SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
 TILE_RULES = ("register_tile", "depthwise")  # tune/cpu_rules.py's marks of a tiled block
@@ -192,13 +194,15 @@ class _Checker:
             self._lib = tvm.tirx.build(tvm.IRModule({
                 k: m["main"].with_attr("global_symbol", k) for k, m in self.refs.items()}),
                 target=self.target)
-        arrays = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], CHECK_SEED)]
-        t0 = time.monotonic()
-        self._lib[n](*arrays)
-        took = time.monotonic() - t0
-        if took > 0:
-            self.rate = max(self.rate, self.flops[n] / took)
-        self.outputs[n] = [a.numpy() for a in arrays]
+        self.outputs[n] = []
+        for seed in CHECK_SEEDS:
+            arrays = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], seed)]
+            t0 = time.monotonic()
+            self._lib[n](*arrays)
+            took = time.monotonic() - t0
+            if took > 0:
+                self.rate = max(self.rate, self.flops[n] / took)
+            self.outputs[n] += [a.numpy() for a in arrays]
         return self.outputs[n]
 
     def check(self, picks: Mapping[str, tvm.IRModule]) -> dict[str, str]:
@@ -215,13 +219,17 @@ class _Checker:
             want = self._reference(n)
             if want is None:
                 continue
-            got = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], CHECK_SEED)]
+            got = []
             try:
-                got_lib[n](*got)
+                for seed in CHECK_SEEDS:
+                    arrays = [tvm.runtime.tensor(a)
+                              for a in _buffers(self.refs[n]["main"], seed)]
+                    got_lib[n](*arrays)
+                    got += [a.numpy() for a in arrays]
             except Exception as e:  # an out-of-bounds access the runtime caught
                 bad[n] = f"failed to run: {str(e).splitlines()[-1][:200]}"
                 continue
-            if not all(_close(w, g.numpy()) for w, g in zip(want, got)):
+            if not all(_close(w, g) for w, g in zip(want, got)):
                 bad[n] = "outputs differ from the unscheduled kernel"
         return bad
 
