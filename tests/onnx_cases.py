@@ -385,6 +385,27 @@ def dynamic_matmul(rows=32, k=128, n=64, seed=0) -> onnx.ModelProto:
          const("wz", 0, np.int8), const("ws", 0.01)])
 
 
+def dynamic_matmul_heads(rows=32, k=64, heads=6, head=64, seed=0) -> onnx.ModelProto:
+    """An int8 T5 encoder's Q/K/V projection as quantize_dynamic writes it:
+    DynamicQuantizeLinear, MatMulInteger (int8 weight), Cast, Mul by the scales, then
+    the reshape to heads and the transpose to (1, heads, rows, head): the GEMM's
+    epilogue changes its layout."""
+    rng = np.random.default_rng(seed)
+    n = heads * head
+    return make("dynamic_matmul_heads", [
+        h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+        h.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"], name="matmul_integer"),
+        h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+        h.make_node("Mul", ["xs", "ws"], ["s"]),
+        h.make_node("Mul", ["accf", "s"], ["m"]),
+        h.make_node("Reshape", ["m", "shape"], ["r"]),
+        h.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3]),
+    ], [_vi("x", T.FLOAT, [1, rows, k])], [_vi("y", T.FLOAT, [1, heads, rows, head])],
+        [nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
+         const("wz", 0, np.int8), const("ws", 0.01),
+         const("shape", [1, rows, heads, head], np.int64)])
+
+
 def u8_matmul_integer(rows=16, k=128, n=64, seed=0) -> onnx.ModelProto:
     """One MatMulInteger of a uint8 input (zero point 128) and an int8 weight: a single
     integer GEMM kernel."""

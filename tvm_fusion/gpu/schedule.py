@@ -7,6 +7,8 @@ choice, the one ``compile``, tune's verification and the offline bundle all use.
 
 from __future__ import annotations
 
+import warnings
+
 import tvm
 from tvm import relax
 from tvm.s_tir import dlight as dl
@@ -15,7 +17,8 @@ from tvm.target.codegen import target_has_features
 
 from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
-from ..tune.vnni import CONV_BLOCK, PACKED_BLOCK, schedule_conv_vnni, schedule_packed_vnni
+from ..tune.vnni import (CONV_BLOCK, PACKED_BLOCK, lowering_error, schedule_conv_vnni,
+                         schedule_packed_vnni)
 from .int8 import PackedInt8Dp4a
 from .mfma import RocmMfmaMatmul
 from .tir_check import check_func
@@ -40,9 +43,14 @@ def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
     :func:`~tvm_fusion.tune.vnni.schedule_conv_vnni`: unscheduled, such a kernel is a
     scalar loop ~250x slower), its blocked int8 depthwise convs with channels in vector
     lanes (:func:`tvm_fusion.tune.int8_dw.schedule_int8_depthwise`); every other kernel
-    as it is, which LLVM lowers as written. ``mod`` itself when nothing changed."""
+    as it is, which LLVM lowers as written. ``mod`` itself when nothing changed.
+
+    A default schedule that does not go through TVM's lowering
+    (:func:`~tvm_fusion.tune.vnni.lowering_error`) is dropped: that kernel stays as it
+    is, and a warning names it and TVM's reason, instead of the whole build failing."""
     vnni = target_has_features("avx512vnni", target)
     updated = {}
+    dropped: dict[str, list[str]] = {}  # TVM's reason -> kernels
     for gv, func in mod.functions.items():
         if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
             continue
@@ -53,13 +61,31 @@ def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IR
                 schedule_conv_vnni(func) if CONV_BLOCK in text else None
         if scheduled is None and has_int8_depthwise(text):  # any vector ISA: 16 lanes
             scheduled = schedule_int8_depthwise(func)
-        if scheduled is not None:
-            updated[gv] = scheduled
+        if scheduled is None:
+            continue
+        why = lowering_error(scheduled)
+        if why is not None:
+            dropped.setdefault(why, []).append(gv.name_hint.removesuffix("_prepacked"))
+            continue
+        updated[gv] = scheduled
+    for why, names in dropped.items():
+        _warn_dropped(sorted(names), why)
     if not updated:
         return mod
     funcs = dict(mod.functions.items())
     funcs.update(updated)
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _warn_dropped(names: list[str], why: str) -> None:
+    """One warning for the kernels whose default schedule does not lower, the same text
+    each time the same kernels are scheduled (compile schedules twice; Python shows a
+    warning once per text and place)."""
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    warnings.warn(f"the default int8 schedule of kernel {names[0]}{more} does not lower "
+                  f"({why}); such a kernel is scheduled as one without a default is (the "
+                  "cost model's or the rules' pick, at worst its plain loops: correct, "
+                  "slower). Please report it with the model", stacklevel=1)
 
 
 def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, *,

@@ -193,18 +193,47 @@ def _epilogue_at(sch, last: str, tile, producer) -> None:
     """The kernel's last (epilogue) block computed at ``tile``, vectorized by 16, when
     it writes one element per element of ``producer``'s; else its own parallel loop
     nest (TVM's reverse_compute_at drops the border of a padding epilogue: the zero
-    point a next conv pads with, which reads no accumulator)."""
+    point a next conv pads with, which reads no accumulator).
+
+    The innermost loop is split by 16 where it is a multiple of 16 (a tile's columns);
+    only otherwise are the epilogue's loops fused first. Fused, an epilogue that changes
+    the layout (an int8 T5 encoder's Q/K/V projection, reshaped to heads and transposed:
+    32 x 384 -> 6 x 32 x 64) read its accumulators at ``(f // 64, f % 64)`` of the fused
+    loop ``f``, whose bounds TVM's CompactBufferAllocation could not simplify: the tile's
+    accumulator buffer got an offset in the epilogue's loop variables, outside their
+    loops ("variable ax0_ax1_fused_0 has been used before definition" at
+    MakePackedAPI), and the whole build failed."""
     block = sch.get_sblock(last)
     try:
         if np.prod(_shape(sch, block)) != np.prod(_shape(sch, producer)):
             raise ValueError("not one output element per accumulator")
         sch.reverse_compute_at(block, tile)
         inner = sch.get_loops(block)[1:]
+        if int(sch.get(inner[-1]).extent) % 16 == 0:
+            sch.vectorize(sch.split(inner[-1], [None, 16])[1])
+            return
         fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
         if int(sch.get(fused).extent) % 16 == 0:
             sch.vectorize(sch.split(fused, [None, 16])[1])
     except Exception:  # noqa: BLE001 - an epilogue that does not map onto the tile
         parallel_nest(sch, last)
+
+
+def lowering_error(func) -> str | None:
+    """None when the scheduled PrimFunc ``func`` goes through TVM's TIR lowering (the
+    passes of ``tvm.tirx.build`` before code generation, ~0.1 s), else TVM's last line
+    of why not. A schedule primitive can leave a loop nest that every primitive
+    accepted and lowering refuses (a loop variable used before its definition)."""
+    target = tvm.target.Target({"kind": "llvm"})
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    try:
+        mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
+        pipeline = tvm.tirx.get_default_tir_pipeline(target)[0]
+        pipeline(mod)
+    except Exception as e:  # noqa: BLE001 - TVM's lowering errors have many types
+        lines = str(e).strip().splitlines()
+        return (lines[-1] if lines else type(e).__name__)[:300]
+    return None
 
 
 def schedule_packed_vnni(func):
