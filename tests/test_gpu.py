@@ -345,6 +345,7 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(tmp_path):
     info = json.loads(out.with_name("m.so.json").read_text())
     assert sorted(info["predicted_unmeasured"]) == sorted(predicted)
     assert not set(predicted) & set(info["untuned"])  # the picks were applied
+    assert all(info["schedules"][n] == "predicted" for n in predicted)  # not "measured"
 
 
 def test_tune_needs_trials_unless_dry_run(tmp_path):

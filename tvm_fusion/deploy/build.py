@@ -37,8 +37,8 @@ from ..gpu.tir_check import check_scheduled
 from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
-from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, RULE, UNSCHEDULED, NoRecordPick,
-                             schedule_without_records)
+from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
+                             NoRecordPick, schedule_without_records)
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
                          target_dir, target_key)
@@ -425,7 +425,11 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         except Exception as e:
             raise LogError(f"building {model.source} for {hw.name} failed: "
                            f"{str(e).splitlines()[-1]}") from e
-    schedules = {n: _schedule_kind(n, measured, picks, rules_used) for n in sorted(funcs)}
+    # a record of `tune --dry-run` (picked by the cost model, never run) is no measurement
+    unmeasured = {n for n, p in (entry or {}).get("predicted", {}).items()
+                  if not p.get("measured", True)}
+    schedules = {n: PREDICTED if _base_name(n) in unmeasured and _base_name(n) in measured
+                 else _schedule_kind(n, measured, picks, rules_used) for n in sorted(funcs)}
     info = {
         "schema": MODULE_SCHEMA, "version": MODULE_VERSION, "tvm": tvm.__version__,
         "source": model.source, "model_hash": model.model_hash, "target": hw.name,
