@@ -1,0 +1,130 @@
+"""The int8 convs of a QDQ ResNet are planned blocked, on VNNI (issue 39 part 4).
+
+A ResNet-50 quantized with ONNX Runtime's ``quantize_static`` has no depthwise conv: every
+conv, the RGB stem's included, takes the ``conv2d_NCHWc_int8`` form in NCHW16c
+(graph/int8_conv.py), a ``call_tir`` and no ``relax.nn.conv2d`` any more. Counted as no
+conv, the planner kept it in NCHW ("no conv2d with channels divisible by 16"), where each
+int8 conv is integer loops: 2.2 s an inference against 0.34 s for its fp32 build. Here a
+ResNet's head and first bottleneck, quantized as ``quantize_static`` writes it (an NHWC
+input transposed, the input's zero point padding the 7x7 stem, per-channel int8 weights,
+int32 biases, ReLUs folded into zero-point-0 quantizes, zero points of 117 and 126 on
+the two paths into the residual add), power-of-two scales so that ONNX Runtime's output
+is exact: the planner's own layout choice blocks all five convs and the output equals
+ONNX Runtime's bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from onnx_cases import _vi, const, make
+from tvm_fusion import compile_model, import_model, load_target
+from tvm_fusion.graph.layout import convert_layout, count_blocked_convs
+from tvm_fusion.reference import random_inputs, run_onnxruntime
+
+
+def _vnni() -> bool:
+    return bool({"avx512_vnni", "avx_vnni"} & set(load_target("host").features))
+
+
+def qdq_resnet_head(size=32, seed=0):
+    """x (NHWC) -> Transpose -> Q/DQ (zero point 126) -> Conv 7x7/2 3->64 (bias) -> Q/DQ
+    -> MaxPool 3x3/2 -> Q/DQ -> {Conv 1x1 64->256 -> Q/DQ (zp 117);
+    Conv 1x1 64->64 -> Q/DQ -> Conv 3x3 64->64 -> Q/DQ -> Conv 1x1 64->256 -> Q/DQ
+    (zp 126)} -> Add -> Q/DQ (zp 0: the ReLU) -> y (NCHW)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    scales = {"x": 2.0 ** -5}  # tensor -> its activation scale
+
+    def qdq(src, dst, scale_exp, zp):
+        scales[dst] = 2.0 ** scale_exp
+        inits.extend([const(f"{dst}_s", 2.0 ** scale_exp), const(f"{dst}_z", zp, np.uint8)])
+        nodes.extend([h.make_node("QuantizeLinear", [src, f"{dst}_s", f"{dst}_z"], [f"{dst}_q"]),
+                      h.make_node("DequantizeLinear", [f"{dst}_q", f"{dst}_s", f"{dst}_z"], [dst])])
+
+    def conv(src, dst, cin, cout, k, stride=1):
+        w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+        ws = 2.0 ** -rng.integers(7, 10, cout)
+        bs = scales[src] * ws  # the int32 bias' scale, as quantize_static writes it
+        inits.extend([nh.from_array(w, f"{dst}_w"), const(f"{dst}_ws", ws),
+                      const(f"{dst}_wz", np.zeros(cout), np.int8),
+                      const(f"{dst}_b", rng.integers(-2000, 2000, cout), np.int32),
+                      const(f"{dst}_bs", bs), const(f"{dst}_bz", np.zeros(cout), np.int32)])
+        nodes.extend([
+            h.make_node("DequantizeLinear", [f"{dst}_w", f"{dst}_ws", f"{dst}_wz"],
+                        [f"{dst}_wd"], axis=0),
+            h.make_node("DequantizeLinear", [f"{dst}_b", f"{dst}_bs", f"{dst}_bz"],
+                        [f"{dst}_bd"], axis=0),
+            h.make_node("Conv", [src, f"{dst}_wd", f"{dst}_bd"], [f"{dst}_f"], name=dst,
+                        kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)])
+
+    nodes.append(h.make_node("Transpose", ["x_nhwc"], ["x_f"], perm=[0, 3, 1, 2]))
+    qdq("x_f", "x", -5, 126)
+    conv("x", "stem", 3, 64, 7, stride=2)
+    qdq("stem_f", "stem_o", -3, 0)
+    nodes.append(h.make_node("MaxPool", ["stem_o"], ["pool_f"], kernel_shape=[3, 3],
+                             strides=[2, 2], pads=[1, 1, 1, 1]))
+    qdq("pool_f", "pool", -3, 0)
+    conv("pool", "short", 64, 256, 1)
+    qdq("short_f", "short_o", -2, 117)
+    conv("pool", "a", 64, 64, 1)
+    qdq("a_f", "a_o", -3, 0)
+    conv("a_o", "b", 64, 64, 3)
+    qdq("b_f", "b_o", -1, 0)
+    conv("b_o", "c", 64, 256, 1)
+    qdq("c_f", "c_o", 0, 126)
+    nodes.append(h.make_node("Add", ["c_o", "short_o"], ["sum_f"]))
+    qdq("sum_f", "y", 0, 0)
+    out = size // 4
+    return make("qdq_resnet_head", nodes, [_vi("x_nhwc", T.FLOAT, [1, size, size, 3])],
+                [_vi("y", T.FLOAT, [1, 256, out, out])], inits)
+
+
+@pytest.fixture(scope="module")
+def resnet_head():
+    proto = qdq_resnet_head()
+    model = import_model(proto)
+    return proto, model, compile_model(model, "host")  # the planner's own layout choice
+
+
+def test_qdq_resnet_convs_are_counted_blocked(resnet_head):
+    """All five convs (the 3-channel stem too) are blocked, as ``call_tir`` of
+    ``conv2d_NCHWc_int8``, and counted so."""
+    _, model, _ = resnet_head
+    assert model.simplified.int8_gemms == 5
+    assert count_blocked_convs(model.mod) == (0, 5)
+    if not _vnni():  # an AVX2 CPU blocks by its 8 lanes: no VNNI form, convs stay conv2d
+        pytest.skip("this CPU has no VNNI: no conv2d_NCHWc_int8 form to count")
+    assert count_blocked_convs(convert_layout(model.mod, "NCHW16c")) == (5, 5)
+
+
+def test_qdq_resnet_plans_blocked_on_vnni_and_matches_onnxruntime(resnet_head):
+    proto, model, compiled = resnet_head
+    plan = compiled.plan
+    if _vnni():
+        assert plan.layout == "NCHW16c", plan.layout_reason
+        assert "5 of 5 convs blocked" in plan.layout_reason
+        convs = [g for g in plan.groups if any(o.startswith("conv2d_NCHWc_int8") for o in g.ops)]
+        assert len(convs) == 5, [g.ops for g in plan.groups]
+        assert all("int8 GEMM priced on VNNI" in g.reason for g in convs)
+        assert not any(o.startswith("conv2d") and not o.startswith("conv2d_NCHWc_int8")
+                       for g in plan.groups for o in g.ops)
+        # the NHWC input's transpose and the NCHW output's: none between the convs
+        moves = [o for g in plan.groups for o in g.ops if o.startswith("layout_transform")]
+        assert len(moves) <= 2, plan.groups
+    if "avx512_vnni" in load_target("host").features:
+        kinds = {k: v for k, v in compiled.info["schedule_notes"].items()
+                 if "conv2d_NCHWc_int8" in k}
+        assert len(kinds) == 5 and set(kinds.values()) == {"VNNI int8 schedule"}, kinds
+    vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
+    inputs = [2 * x for x in random_inputs(model.inputs, seed=3)]
+    got = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    # ONNX Runtime as deployed where its int8 kernels are exact (VNNI), else op by op
+    want = run_onnxruntime(proto, inputs, optimize=_vnni())[0]
+    assert np.unique(want).size > 40 and (want > 0).mean() > 0.2  # not a saturated output
+    np.testing.assert_array_equal(got, want)
