@@ -32,6 +32,7 @@ from .plan import COMBINE_MODES, LAYOUTS, make_plan, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import as_target, format_targets_table, list_targets, load_target
 from .tune.fallback import DEFAULT_BUDGET_S
+from .tune.measure import check_tracker_host, parse_tracker
 from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -212,12 +213,16 @@ def cmd_tune(args) -> int:
     if args.trials is None and not args.dry_run:
         raise TvmFusionError("--trials N is required (the total number of measurements); "
                              "or --dry-run, which measures nothing")
+    if args.rpc_tracker is not None:  # before the import: no minutes of work to refuse it
+        check_tracker_host(*parse_tracker(args.rpc_tracker),
+                           allow_remote=args.rpc_allow_remote)
     model = _model_from_args(args)
     report = tune(model, args.target, trials=args.trials or 0, logs=args.logs,
                   planner=args.planner, progress=not args.quiet, seed=args.seed,
                   cost_model=args.cost_model, search_space=args.search_space,
                   group_model=cost_model_cli.group_model_of(args.group_model),
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+                  rpc_allow_remote=args.rpc_allow_remote,
                   measure="none" if args.dry_run else "device", layout=args.layout,
                   prepack=args.prepack, combine=args.combine, resources=args.resources)
     _print_tune_report(report)
@@ -532,10 +537,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "MetaSchedule's built-in space for GPUs)")
     tu.add_argument("--rpc-tracker", metavar="HOST:PORT",
                     help="measure on remote devices through this TVM RPC tracker "
-                         "(python -m tvm.exec.rpc_tracker); needs --rpc-key")
+                         "(python -m tvm.exec.rpc_tracker --host 127.0.0.1); needs "
+                         "--rpc-key. HOST must be this machine's loopback (127.0.0.1, "
+                         "::1, localhost: e.g. an SSH tunnel to the tracker) unless "
+                         "--rpc-allow-remote")
     tu.add_argument("--rpc-key", metavar="KEY",
-                    help="device key the RPC servers registered with "
-                         "(python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY)")
+                    help="device key the RPC servers registered with (python -m "
+                         "tvm.exec.rpc_server --host 127.0.0.1 --tracker HOST:PORT --key "
+                         "KEY; TVM's default --host 0.0.0.0 runs any library anyone on the "
+                         "network uploads)")
+    tu.add_argument("--rpc-allow-remote", action="store_true",
+                    help="WARNING: allow a --rpc-tracker off this machine's loopback. TVM's "
+                         "RPC authenticates nobody: any machine that reaches the tracker "
+                         "can register as a device of --rpc-key, receive every kernel "
+                         "built for measurement and report any time or output, choosing "
+                         "which schedules the logs keep. Use only on a network where "
+                         "every machine is trusted")
     cost_model_cli.add_tune_flag(tu)
     cost_model_cli.add_group_model_flag(tu)
     _add_layout_arg(tu)

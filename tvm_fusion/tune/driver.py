@@ -106,6 +106,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          cost_model: str | Path | None = "auto",
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
+         rpc_allow_remote: bool = False,
          measure: str = "device", layout: str = "auto",
          prepack: bool | None = None, combine: str = "auto",
          group_model=None, resources: str = "auto") -> TuneReport:
@@ -160,7 +161,12 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Measure candidates on the devices registered under ``rpc_key`` at the TVM RPC
         tracker ``HOST:PORT`` instead of on this machine; verification of a new best runs
         there too, so this machine needs no device of the target's kind (a GPU target's
-        reference outputs are computed on this machine's CPU).
+        reference outputs are computed on this machine's CPU). The tracker must be on
+        this machine's loopback (a tunnel to a remote one) unless ``rpc_allow_remote``.
+    rpc_allow_remote : bool
+        Measure through a tracker off this machine's loopback: TVM's RPC authenticates
+        nobody, so any peer that reaches the tracker can register as a device of
+        ``rpc_key`` and report the times and outputs the logs keep.
     cost_model : path, PretrainedCostModel, "auto" or "none"
         A pretrained model (``tvm-fusion cost-model train``) used in place of
         MetaSchedule's XGBoost model and updated with this run's measurements. With
@@ -205,7 +211,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if not dry and rpc_tracker is None:
         check_local_device(tvm_target, hw.name)
     space = _resolve_space(search_space, tvm_target)
-    runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key)
+    runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key,
+                                          allow_remote=rpc_allow_remote)
     tdir = target_dir(logs, hw.name)
     check_writable(tdir)  # before planning and building, not after
     orphans = orphaned_records(tdir)

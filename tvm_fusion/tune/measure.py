@@ -4,11 +4,20 @@ Every candidate is timed ``REPEAT`` times (each repeat at least ``MIN_REPEAT_MS`
 record's ``run_secs`` keeps all repeats, so a reader gets the median and the spread.
 Near-ties with a task's best are measured again, interleaved with the incumbent, before
 the candidate may replace it (:func:`remeasure`).
+
+Nothing here listens on a socket: the local runner and builder talk to their worker
+processes through pipes. With ``--rpc-tracker`` the tuner connects out to a TVM RPC
+tracker, which authenticates nobody, so a tracker off this machine's loopback is
+refused unless ``allow_remote`` (``--rpc-allow-remote``) says the network is trusted
+(:func:`check_tracker_host`); and times a device reports are used only when they are
+finite and positive (:func:`valid_secs`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import math
 import os
 import socket
 import statistics
@@ -81,6 +90,61 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def valid_secs(run_secs: Sequence) -> bool:
+    """Whether a measurement's repeats are times at all: some, each finite and positive.
+
+    A remote device reports its own numbers; a NaN, a negative or a zero time would win
+    every comparison (or none) and be written to the logs as the kernel's best."""
+    try:
+        secs = [float(s) for s in run_secs]
+    except (TypeError, ValueError):
+        return False
+    return bool(secs) and all(math.isfinite(s) and s > 0 for s in secs)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (127.0.0.0/8, ::1, ``localhost``):
+    an address literal is checked as it is, a name by every address it resolves to."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    if host.lower() == "localhost":
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+
+
+REMOTE_WARNING = (
+    "A TVM RPC tracker and its servers authenticate nobody: whoever reaches the tracker "
+    "can register a server under your key, receive every kernel built for measurement, "
+    "and report any time or output (so choose which schedules the logs keep), and an "
+    "rpc_server runs any library anyone who reaches its port uploads")
+
+
+def check_tracker_host(host: str, port: int, *, allow_remote: bool = False) -> None:
+    """Refuse a tracker that is not on this machine's loopback unless ``allow_remote``.
+
+    Raises
+    ------
+    MeasureError
+        ``host`` is not a loopback address and ``allow_remote`` is False. No connection
+        is made before this check.
+    """
+    if allow_remote or is_loopback(host):
+        return
+    raise MeasureError(
+        f"--rpc-tracker {host}:{port} is not on this machine's loopback, and measuring "
+        f"through it is refused by default. {REMOTE_WARNING}. Reach the tracker through a "
+        f"tunnel to this machine's loopback (`ssh -N -L {port}:127.0.0.1:{port} "
+        f"USER@{host}`, then --rpc-tracker 127.0.0.1:{port}), or pass --rpc-allow-remote "
+        f"if every machine that can reach {host}:{port} is trusted")
+
+
 def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) -> int:
     """How many RPC servers of ``key`` are free at the tracker; errors when none can be used.
 
@@ -95,7 +159,8 @@ def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) ->
     except OSError as e:
         raise MeasureError(
             f"cannot reach the RPC tracker at {where} ({e}). Start one with `python -m "
-            f"tvm.exec.rpc_tracker --host {host} --port {port}`, or fix --rpc-tracker") from e
+            f"tvm.exec.rpc_tracker --host {host} --port {port}` (TVM's default --host "
+            f"0.0.0.0 listens on every network), or fix --rpc-tracker") from e
     try:
         session = rpc.connect_tracker(host, port)
         session._sock.settimeout(timeout_s)  # a port that is no tracker must not hang us
@@ -112,7 +177,9 @@ def check_tracker(host: str, port: int, key: str, *, timeout_s: float = 10.0) ->
         raise MeasureError(
             f"no RPC server with key {key!r} is registered at the tracker {where} (keys "
             f"there: {keys or 'none'}). Start one on the device with `python -m "
-            f"tvm.exec.rpc_server --tracker {where} --key {key}`, or fix --rpc-key")
+            f"tvm.exec.rpc_server --host 127.0.0.1 --tracker {where} --key {key}` (the "
+            f"address it listens on: TVM's default, 0.0.0.0, runs any library anyone on "
+            f"the network uploads), or fix --rpc-key")
     if free == 0:
         raise MeasureError(
             f"all {registered} RPC server(s) with key {key!r} at {where} are busy "
@@ -148,14 +215,16 @@ class RemoteDevice:
 
 
 def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,
-                session_timeout_s: int = 60) -> ms.runner.Runner:
-    """The local runner, or an RPC runner through ``rpc_tracker`` for devices of ``rpc_key``."""
+                session_timeout_s: int = 60, allow_remote: bool = False) -> ms.runner.Runner:
+    """The local runner, or an RPC runner through ``rpc_tracker`` for devices of ``rpc_key``
+    (on this machine's loopback unless ``allow_remote``: :func:`check_tracker_host`)."""
     if (rpc_tracker is None) != (rpc_key is None):
         raise MeasureError("--rpc-tracker and --rpc-key go together: give both to measure on "
                            "remote devices, or neither to measure on this machine")
     if rpc_tracker is None:
         return local_runner()
     host, port = parse_tracker(rpc_tracker)
+    check_tracker_host(host, port, allow_remote=allow_remote)
     free = check_tracker(host, port, rpc_key)
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
                                  session_priority=1, session_timeout_sec=session_timeout_s)
@@ -191,6 +260,6 @@ def remeasure(runner: ms.runner.Runner, device_type: str, items: Sequence[tuple[
     out: list[list[float]] = [[] for _ in items]
     for k, fut in enumerate(runner.run(inputs)):
         res = fut.result()
-        if res.error_msg is None and res.run_secs:
+        if res.error_msg is None and valid_secs(res.run_secs):
             out[k % len(items)] += [float(s) for s in res.run_secs]
     return out

@@ -12,12 +12,14 @@ from tvm.s_tir import meta_schedule as ms
 from ..gpu.schedule import default_schedule
 from .budget import stalled
 from .logs import add_trials, append_jsonl
-from .measure import NEAR_TIE, device_type, median_us, remeasure
+from .measure import NEAR_TIE, device_type, median_us, remeasure, valid_secs
 from .verify import KernelVerifier, Outcome, Verdict
 
 
 def _latency_us(result) -> float | None:
-    if result.error_msg is not None or not result.run_secs:
+    """The median of a runner result's repeats; None for an error, or for times that
+    are none (a NaN, zero or negative time a remote device reported is no measurement)."""
+    if result.error_msg is not None or not valid_secs(result.run_secs):
         return None
     return median_us(result.run_secs)  # the runner gives several repeats
 

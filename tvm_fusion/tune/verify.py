@@ -31,6 +31,7 @@ import tvm
 from ..gpu.schedule import default_schedule
 from ..reference import max_rel_error
 from .fast_math import exp_lowerings, vectorizable_exp
+from .measure import valid_secs
 
 KERNEL_RTOL = 1e-4
 # Several draws: one seed let a kernel 5e-4 off through at 5e-5 (PP-OCR rec, a fused
@@ -94,7 +95,10 @@ def _run(rlib, func, dev, seeds) -> tuple[list[np.ndarray], list]:
 def _repeats_us(rlib, dev, arrays) -> list[float]:
     """One timing round: every repeat of the evaluator tuning's runner uses, in us."""
     timer = rlib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=10)
-    return [float(s) * 1e6 for s in timer(*arrays).results]
+    secs = list(timer(*arrays).results)
+    if not valid_secs(secs):  # a remote device's own numbers: no time is no measurement
+        raise RuntimeError(f"the device reported times that are not positive: {secs[:5]}")
+    return [float(s) * 1e6 for s in secs]
 
 
 def _spread(rounds: list[float]) -> float:
