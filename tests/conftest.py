@@ -22,6 +22,12 @@ from tvm_fusion import zoo  # noqa: E402 - after the variable: importing sets th
 # model; tests/test_costmodel.py tests the default and the pretrained model (explicitly).
 os.environ.setdefault("TVM_FUSION_COST_MODEL", "none")
 
+# compile gives every CPU kernel without a record a schedule (tune/fallback.py: rule
+# defaults and cost-model picks, each run against its plain kernel), seconds per model.
+# Tests of other things compile plain loops, as before; tests/test_no_record.py and the
+# CLI's compile test ask for the schedules explicitly.
+os.environ.setdefault("TVM_FUSION_NO_RECORD", "none")
+
 
 @pytest.fixture(scope="session")
 def zoo_model():

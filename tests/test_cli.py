@@ -145,7 +145,8 @@ def test_tune_interrupt_resume_compile_run(tmp_path):
 
 def test_compile_without_logs_and_run_detects_a_wrong_model(tmp_path):
     so = tmp_path / "plain.so"
-    out = cli("compile", "embedded", "--logs", tmp_path / "none", "-o", so).stdout
+    out = cli("compile", "embedded", "--logs", tmp_path / "none", "-o", so,
+              "--no-record", "auto").stdout
     assert "rule default" in out and "fused_conv2d" in out and "unscheduled" not in out
     other = tmp_path / "other.onnx"
     onnx.save(build_embedded_model(seed=1), other)  # same signature, other weights

@@ -261,8 +261,9 @@ def _print_tune_report(report) -> None:
 
 
 def _add_no_record_args(p) -> None:
-    p.add_argument("--no-record", choices=("auto", "rules", "none"), default="auto",
-                   help="CPU kernels without a tuning record: auto (default) = the shipped "
+    p.add_argument("--no-record", choices=("auto", "rules", "none"), default=None,
+                   help="CPU kernels without a tuning record: auto (default, or "
+                        "$TVM_FUSION_NO_RECORD) = the shipped "
                         "cost model's pick from a short search, no measurement, while "
                         "--no-record-budget lasts, then the rules' default schedule "
                         "(register tile, vectorize, parallel, prepacked weights); rules = "
@@ -634,8 +635,8 @@ def _run(args, argv) -> int:
     except TvmFusionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a second Ctrl-C in tune says what it saved
+        print(f"\ninterrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `tvm-fusion plan ... | head`: the reader left, not a bug
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -56,6 +56,12 @@ ROCM_PATH = Knob(
     meaning="a ROCm installation whose amdgcn/bitcode and llvm/bin/ld.lld link gfx90a code "
             "objects (TVM's own variable); unset: /opt/rocm, then Debian's rocm-device-libs "
             "and lld-19")
+NO_RECORD = Knob(
+    name="TVM_FUSION_NO_RECORD", default="auto",
+    meaning="how compile and the JIT schedule CPU kernels without a tuning record when "
+            "the caller does not say (compile --no-record): 'auto' (cost-model picks, then "
+            "rule defaults), 'rules', or 'none' (plain loops; the test suite's default, "
+            "outside the tests of the schedules themselves)")
 NB_TRIALS = Knob(
     name="TVM_FUSION_NB_TRIALS", default="64",
     meaning="tuning budget of the notebooks (the tests run them with 8)")
@@ -68,7 +74,7 @@ NB_POPULATION = Knob(
             "(MetaSchedule's default; tests: 16)")
 
 KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC, ROCM_PATH,
-                           NB_TRIALS, NB_ROUNDS, NB_POPULATION)
+                           NO_RECORD, NB_TRIALS, NB_ROUNDS, NB_POPULATION)
 
 
 # How many threads TVM's runtime runs a parallel kernel on: every core, not half.

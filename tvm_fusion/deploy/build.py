@@ -31,6 +31,7 @@ from ..gpu.amdgpu import tir_pipeline
 from ..gpu.limits import raise_on_violations
 from ..gpu.resources import plan_resources
 from ..gpu.rocm import require_rocm_build
+from .. import config
 from ..costmodel import make_cost_model
 from ..gpu.schedule import default_cpu_schedule, default_schedule
 from ..gpu.tir_check import check_scheduled
@@ -317,7 +318,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                   planner: str = "cost", allow_other_target: bool = False,
                   layout: str = "auto", prepack: bool | None = None,
                   combine: str = "auto", resources: str = "auto",
-                  no_record: str = "auto", no_record_budget_s: float = DEFAULT_BUDGET_S,
+                  no_record: str | None = None,
+                  no_record_budget_s: float = DEFAULT_BUDGET_S,
                   progress=None) -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
@@ -345,9 +347,9 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         shared memory the compiler allocates for each kernel where it is here (nvcc;
         the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
         (:func:`tvm_fusion.gpu.resources.plan_resources`).
-    no_record : str
-        CPU kernels without a record (:mod:`tvm_fusion.tune.fallback`): ``auto``
-        (default) the shipped cost model's pick from a short search while
+    no_record : str, optional
+        CPU kernels without a record (:mod:`tvm_fusion.tune.fallback`); default
+        ``$TVM_FUSION_NO_RECORD``, else ``auto``: the shipped cost model's pick from a short search while
         ``no_record_budget_s`` lasts, the rules' default schedule after it or without a
         model; ``rules``: rule defaults only; ``none``: plain loops (for comparison).
         GPU kernels without a record always get dlight's default rules.
@@ -400,7 +402,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         measured = {n for n, f in _prim_funcs(mod).items() if _scheduled(f)}
         picks = {}
         if hw.family == "cpu":
-            mod, picks = _schedule_no_record(mod, tvm_target, hw, plan, no_record,
+            mod, picks = _schedule_no_record(mod, tvm_target, hw, plan,
+                                             no_record or config.NO_RECORD.get(),
                                              no_record_budget_s, progress)
         packed = sorted(n for n, f in _prim_funcs(mod).items() if has_layout_rewrite(f))
         mod = fold_prepacked(mod)  # the packed weights become the module's constants
