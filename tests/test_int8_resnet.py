@@ -128,3 +128,32 @@ def test_qdq_resnet_plans_blocked_on_vnni_and_matches_onnxruntime(resnet_head):
     want = run_onnxruntime(proto, inputs, optimize=_vnni())[0]
     assert np.unique(want).size > 40 and (want > 0).mean() > 0.2  # not a saturated output
     np.testing.assert_array_equal(got, want)
+
+
+def test_prepacking_leaves_the_vnni_conv_weights_as_packed(resnet_head):
+    """Tuning marks a kernel's constants layout-free for MetaSchedule's RewriteLayout,
+    but not the int8 weight of a ``conv2d_NCHWc_int8`` block: it is in VNNI's layout
+    already, and with it marked tuning this model crashed after its first batch
+    (tune/prepack.py). The epilogue's constants stay marked."""
+    from tvm import s_tir
+    from tvm_fusion.plan import graph_for_plan
+    from tvm_fusion.tune.prepack import ATTR
+    from tvm_fusion.tune.schedulable import kernel_module
+
+    _, model, compiled = resnet_head
+    if compiled.plan.layout != "NCHW16c":
+        pytest.skip("no VNNI form on this CPU (its convs are not conv2d_NCHWc_int8)")
+    mod = kernel_module(graph_for_plan(model.mod, compiled.plan), compiled.plan, prepack=True)
+    convs = 0
+    for func in mod.functions.values():
+        if not isinstance(func, tvm.tirx.PrimFunc) or '"conv2d_NCHWc_int8"' not in func.script():
+            continue
+        convs += 1
+        sch = s_tir.Schedule(func)
+        conv = sch.get(sch.get_sblock("conv2d_NCHWc_int8"))
+        weight = [i for i, p in enumerate(func.params)
+                  if str(p.dtype) == "int8" and any(r.source.same_as(p) for r in conv.reads)]
+        marked = [int(i) for i in (func.attrs.get(ATTR, []) if func.attrs else [])]
+        assert len(weight) == 1 and weight[0] not in marked, (weight, marked)
+        assert marked, "the epilogue's per-channel constants stay layout-free"
+    assert convs == 5
