@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -636,7 +637,15 @@ def _run(args, argv) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a second Ctrl-C in tune says what it saved
+        # the command ends: a Ctrl-C still pending (the terminal's reaches every process
+        # of the group, and the tuner's workers dying raise it again in TVM) must not
+        # turn exit 130 into death by SIGINT on the way out
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(f"\ninterrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        if argv is None:  # the command itself, not a caller's in-process main([...]):
+            sys.stdout.flush()  # end now, before interpreter shutdown, where TVM's
+            sys.stderr.flush()  # worker pools raised the interrupt again (exit -2)
+            os._exit(130)
         return 130
     except BrokenPipeError:  # `tvm-fusion plan ... | head`: the reader left, not a bug
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

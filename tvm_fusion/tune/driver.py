@@ -26,6 +26,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from .. import config
 from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
+from ..errors import LogError
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
 from ..gpu.resources import plan_resources
@@ -35,7 +36,8 @@ from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
 from .fast_import import import_tensor_intrinsics
 from .logs import (check_writable, kernel_table, open_database, orphaned_records,
-                   read_manifest, target_dir, target_identity, target_key, write_manifest)
+                   read_manifest, saved_trials, target_dir, target_identity, target_key,
+                   write_fault, write_manifest)
 from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .predicted import schedule_unmeasured
@@ -248,32 +250,43 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         manifest["models"][model.model_hash] = entry
     if prepack:  # an entry without the field was tuned without (or before) prepacking
         entry["prepack"] = True
-    accepted = open_database(tdir, create=True)
-    remaining = 0 if dry else max(trials - entry["trials"], 0)
-    bar = Progress(trials, done=entry["trials"], enabled=progress)
-    # where the device is: here, or (RPC) verification runs where measurement does
-    remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
-    state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
-                       progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw)
-    entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
-    write_manifest(tdir, manifest)
-    interrupted = False
-    if remaining > 0 and tasks:
-        interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
-                                  trials_per_batch, cost_model=cm, space=space,
-                                  runner=runner, hw=hw)
-    picks = []
-    if cm is not None and tasks and not interrupted:
-        if dry:
-            bar.stream.write(f"dry run: picking a schedule for each of {len(tasks)} kernels "
-                             "by the cost model alone\n")
-        picks = schedule_unmeasured(
-            state, cm, tvm_target, seed=seed, hw=hw,
-            on_device=on_device or remote is not None,
-            tries=3 if on_device else 16,  # an offline check is cheap next to a run
-            # the limits are checked on the few top picks, not on every sampled candidate
-            space_generator=_space_gen(space, tvm_target, None))
+    try:
+        accepted = open_database(tdir, create=True)
+        remaining = 0 if dry else max(trials - entry["trials"], 0)
+        bar = Progress(trials, done=entry["trials"], enabled=progress)
+        # where the device is: here, or (RPC) verification runs where measurement does
+        remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
+        state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
+                           progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw)
+        entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
         write_manifest(tdir, manifest)
+        interrupted = False
+        if remaining > 0 and tasks:
+            interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
+                                      trials_per_batch, cost_model=cm, space=space,
+                                      runner=runner, hw=hw)
+        picks = []
+        if cm is not None and tasks and not interrupted:
+            if dry:
+                bar.stream.write(f"dry run: picking a schedule for each of {len(tasks)} kernels "
+                                 "by the cost model alone\n")
+            picks = schedule_unmeasured(
+                state, cm, tvm_target, seed=seed, hw=hw,
+                on_device=on_device or remote is not None,
+                tries=3 if on_device else 16,  # an offline check is cheap next to a run
+                # the limits are checked on the few top picks, not on every sampled candidate
+                space_generator=_space_gen(space, tvm_target, None))
+            write_manifest(tdir, manifest)
+    except (OSError, RuntimeError) as e:  # TVM's FFI hands an OSError back as RuntimeError
+        why = write_fault(e)
+        if why is None:
+            raise
+        saved = saved_trials(tdir, model.model_hash)
+        raise LogError(
+            f"cannot write the tuning logs in {tdir}: {why}. Every measurement written "
+            f"before it is kept ({'no' if not saved else saved} trials for this model in "
+            f"its manifest; at most the one in flight is lost): free space there, or make "
+            f"it writable, and run the same command again to resume") from None
     bar.close()
     predicted = entry.get("predicted", {})
     results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b,
@@ -436,8 +449,11 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
     callbacks = [default[0], _VerifyAndCommit(state), *default[1:]]
     space_gen = _space_gen(space, tvm_target, hw)
 
+    aborted = []
+
     def on_sigint(signum, frame):
         if state.stop:  # second Ctrl-C: stop now
+            aborted.append(True)  # raised inside MetaSchedule, it comes back a RuntimeError
             raise KeyboardInterrupt
         state.stop = True
         state.progress.stream.write(
@@ -445,6 +461,9 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
 
     main_thread = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    # MetaSchedule's per-task log files (candidates/logs) on a full or read-only disk:
+    # Python's logging would print a traceback per line; our own writes say it once
+    raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
     todo = list(range(len(tasks)))
     keep = tempfile.TemporaryDirectory(prefix="tvm-fusion-best-")
     state.keep_dir = Path(keep.name)
@@ -467,14 +486,23 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
             state.index = todo
             state.allot, state.round_trials = allot, {}
             before = list(state.trials)
-            ms.tune_tasks(
-                tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
-                max_trials_global=sum(allot.values()),
-                max_trials_per_task=max(allot.values()), num_trials_per_iter=batch,
-                builder=PooledBuilder(timeout_sec=60),
-                runner=runner, database=candidates_db, measure_callbacks=callbacks,
-                cost_model=cost_model if cost_model is not None else "xgb",
-                task_scheduler=BudgetedRoundRobin(state.done))
+            try:
+                ms.tune_tasks(
+                    tasks=contexts, task_weights=weights, work_dir=str(tdir / "candidates"),
+                    max_trials_global=sum(allot.values()),
+                    max_trials_per_task=max(allot.values()), num_trials_per_iter=batch,
+                    builder=PooledBuilder(timeout_sec=60),
+                    runner=runner, database=candidates_db, measure_callbacks=callbacks,
+                    cost_model=cost_model if cost_model is not None else "xgb",
+                    task_scheduler=BudgetedRoundRobin(state.done))
+            except (KeyboardInterrupt, RuntimeError) as e:
+                if not aborted and not isinstance(e, KeyboardInterrupt):
+                    raise
+                saved = saved_trials(tdir, state.manifest_key)
+                raise KeyboardInterrupt(
+                    f"{saved or 0} trials are saved in {tdir}, each measurement written as "
+                    "it was made (the batch in flight is lost); run the same command again "
+                    "to resume") from None
             ran = {i: state.trials[i] - before[i] for i in todo}
             remaining -= sum(ran.values())
             if not any(ran.values()):
@@ -482,6 +510,7 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
             # tasks that ran dry or stalled are done; the rest may use the leftover
             todo = [i for i in todo if ran[i] >= allot[i] and i not in state.stalled]
     finally:
+        logging.raiseExceptions = raise_exceptions
         keep.cleanup()
         if main_thread:
             signal.signal(signal.SIGINT, old)

@@ -19,9 +19,11 @@ another.
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -57,6 +59,42 @@ def check_writable(tdir: Path) -> None:
         raise LogError(f"cannot write the tuning logs in {tdir} ({e.strerror}); tuning "
                        "appends its records there: make it writable, or pass --logs a "
                        f"directory you can write{keep}") from None
+
+
+# errno values that say the log directory cannot take more (the user's environment, not
+# a bug): full disk or quota, a file-size limit, read-only, no permission
+_WRITE_FAULTS = {errno.ENOSPC: "no space left on the device",
+                 errno.EDQUOT: "the disk quota is exceeded",
+                 errno.EFBIG: "a file would exceed the file-size limit (ulimit -f)",
+                 errno.EROFS: "the file system is read-only",
+                 errno.EACCES: "permission denied", errno.EPERM: "the operation is not "
+                 "permitted (a read-only or immutable directory)"}
+
+
+def write_fault(exc: BaseException) -> str | None:
+    """What ``exc`` says about the log directory when it is a write that the machine
+    refused (:data:`_WRITE_FAULTS`), else None. An ``OSError`` raised in one of our
+    callbacks inside MetaSchedule's tuning loop comes back through TVM's FFI as a
+    ``RuntimeError`` whose text starts ``[Errno N]``: both forms are read."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _WRITE_FAULTS:
+            return _WRITE_FAULTS[exc.errno]
+        m = re.search(r"\[Errno (\d+)\]", str(exc))
+        if m and int(m.group(1)) in _WRITE_FAULTS:
+            return _WRITE_FAULTS[int(m.group(1))]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def saved_trials(tdir: Path, model_hash: str) -> int | None:
+    """The trial count ``tdir``'s manifest holds for a model, as on disk; None if unread."""
+    try:
+        return int(json.loads((tdir / "manifest.json").read_text())["models"][model_hash]
+                   ["trials"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def orphaned_records(tdir: Path) -> int:

@@ -42,6 +42,9 @@ class TuneState:
                  remote=None, hw=None):
         self.tasks, self.target, self.accepted, self.tdir = tasks, target, accepted, tdir
         self.progress, self.manifest, self.entry = progress, manifest, entry
+        # the manifest's key of this model (its hash), for what a stop says is saved
+        self.manifest_key = next((k for k, v in manifest.get("models", {}).items()
+                                  if v is entry), None)
         self.verifier = KernelVerifier(target, remote=remote, hw=hw)
         self.workloads = [accepted.commit_workload(t.dispatched[0]) for t in tasks]
         self.best = []
