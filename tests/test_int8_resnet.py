@@ -5,12 +5,12 @@ conv, the RGB stem's included, takes the ``conv2d_NCHWc_int8`` form in NCHW16c
 (graph/int8_conv.py), a ``call_tir`` and no ``relax.nn.conv2d`` any more. Counted as no
 conv, the planner kept it in NCHW ("no conv2d with channels divisible by 16"), where each
 int8 conv is integer loops: 2.2 s an inference against 0.34 s for its fp32 build. Here a
-ResNet's head and first bottleneck, quantized as ``quantize_static`` writes it (an NHWC
-input transposed, the input's zero point padding the 7x7 stem, per-channel int8 weights,
-int32 biases, ReLUs folded into zero-point-0 quantizes, zero points of 117 and 126 on
-the two paths into the residual add), power-of-two scales so that ONNX Runtime's output
-is exact: the planner's own layout choice blocks all five convs and the output equals
-ONNX Runtime's bit for bit.
+ResNet's head and first two bottlenecks, quantized as ``quantize_static`` writes it (an
+NHWC input transposed, the input's zero point padding the 7x7 stem, per-channel int8
+weights, int32 biases, ReLUs folded into zero-point-0 quantizes, zero points of 117 and
+126 on the paths into the residual adds), power-of-two scales so that ONNX Runtime's
+output is exact: the planner's own layout choice blocks all eight convs, each residual
+add runs at its conv's VNNI tile, and the output equals ONNX Runtime's bit for bit.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def qdq_resnet_head(size=32, seed=0):
     """x (NHWC) -> Transpose -> Q/DQ (zero point 126) -> Conv 7x7/2 3->64 (bias) -> Q/DQ
     -> MaxPool 3x3/2 -> Q/DQ -> {Conv 1x1 64->256 -> Q/DQ (zp 117);
     Conv 1x1 64->64 -> Q/DQ -> Conv 3x3 64->64 -> Q/DQ -> Conv 1x1 64->256 -> Q/DQ
-    (zp 126)} -> Add -> Q/DQ (zp 0: the ReLU) -> y (NCHW)."""
+    (zp 126)} -> Add -> Q/DQ (zp 0: the ReLU) -> sum; then an identity bottleneck
+    (Conv 1x1 256->64, 3x3, 1x1 64->256) whose Add reads the sum's DQ -> Q/DQ -> y."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     scales = {"x": 2.0 ** -5}  # tensor -> its activation scale
@@ -79,7 +80,17 @@ def qdq_resnet_head(size=32, seed=0):
     conv("b_o", "c", 64, 256, 1)
     qdq("c_f", "c_o", 0, 126)
     nodes.append(h.make_node("Add", ["c_o", "short_o"], ["sum_f"]))
-    qdq("sum_f", "y", 0, 0)
+    qdq("sum_f", "sum", 0, 0)
+    # an identity bottleneck: its shortcut reads the sum in float (DQ(Q(sum))) and its
+    # first conv the sum's uint8, so the kernel of the last conv above has two outputs
+    conv("sum", "d", 256, 64, 1)
+    qdq("d_f", "d_o", 1, 0)
+    conv("d_o", "e", 64, 64, 3)
+    qdq("e_f", "e_o", 3, 0)
+    conv("e_o", "f", 64, 256, 1)
+    qdq("f_f", "f_o", 4, 126)
+    nodes.append(h.make_node("Add", ["f_o", "sum"], ["out_f"]))
+    qdq("out_f", "y", 4, 0)
     out = size // 4
     return make("qdq_resnet_head", nodes, [_vi("x_nhwc", T.FLOAT, [1, size, size, 3])],
                 [_vi("y", T.FLOAT, [1, 256, out, out])], inits)
@@ -93,14 +104,14 @@ def resnet_head():
 
 
 def test_qdq_resnet_convs_are_counted_blocked(resnet_head):
-    """All five convs (the 3-channel stem too) are blocked, as ``call_tir`` of
+    """All eight convs (the 3-channel stem too) are blocked, as ``call_tir`` of
     ``conv2d_NCHWc_int8``, and counted so."""
     _, model, _ = resnet_head
-    assert model.simplified.int8_gemms == 5
-    assert count_blocked_convs(model.mod) == (0, 5)
+    assert model.simplified.int8_gemms == 8
+    assert count_blocked_convs(model.mod) == (0, 8)
     if not _vnni():  # an AVX2 CPU blocks by its 8 lanes: no VNNI form, convs stay conv2d
         pytest.skip("this CPU has no VNNI: no conv2d_NCHWc_int8 form to count")
-    assert count_blocked_convs(convert_layout(model.mod, "NCHW16c")) == (5, 5)
+    assert count_blocked_convs(convert_layout(model.mod, "NCHW16c")) == (8, 8)
 
 
 def test_qdq_resnet_plans_blocked_on_vnni_and_matches_onnxruntime(resnet_head):
@@ -108,9 +119,9 @@ def test_qdq_resnet_plans_blocked_on_vnni_and_matches_onnxruntime(resnet_head):
     plan = compiled.plan
     if _vnni():
         assert plan.layout == "NCHW16c", plan.layout_reason
-        assert "5 of 5 convs blocked" in plan.layout_reason
+        assert "8 of 8 convs blocked" in plan.layout_reason
         convs = [g for g in plan.groups if any(o.startswith("conv2d_NCHWc_int8") for o in g.ops)]
-        assert len(convs) == 5, [g.ops for g in plan.groups]
+        assert len(convs) == 8, [g.ops for g in plan.groups]
         assert all("int8 GEMM priced on VNNI" in g.reason for g in convs)
         assert not any(o.startswith("conv2d") and not o.startswith("conv2d_NCHWc_int8")
                        for g in plan.groups for o in g.ops)
@@ -120,7 +131,7 @@ def test_qdq_resnet_plans_blocked_on_vnni_and_matches_onnxruntime(resnet_head):
     if "avx512_vnni" in load_target("host").features:
         kinds = {k: v for k, v in compiled.info["schedule_notes"].items()
                  if "conv2d_NCHWc_int8" in k}
-        assert len(kinds) == 5 and set(kinds.values()) == {"VNNI int8 schedule"}, kinds
+        assert len(kinds) == 8 and set(kinds.values()) == {"VNNI int8 schedule"}, kinds
     vm = tvm.relax.VirtualMachine(compiled.executable, tvm.cpu())
     inputs = [2 * x for x in random_inputs(model.inputs, seed=3)]
     got = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
@@ -156,4 +167,47 @@ def test_prepacking_leaves_the_vnni_conv_weights_as_packed(resnet_head):
         marked = [int(i) for i in (func.attrs.get(ATTR, []) if func.attrs else [])]
         assert len(weight) == 1 and weight[0] not in marked, (weight, marked)
         assert marked, "the epilogue's per-channel constants stay layout-free"
-    assert convs == 5
+    assert convs == 8
+
+
+def test_residual_epilogues_run_at_the_vnni_tile(resnet_head):
+    """The kernel of a bottleneck's last conv adds the shortcut and has two outputs (the
+    float sum the next shortcut reads, its uint8 the next conv reads); the next one also
+    requantizes its shortcut first (a block before the conv that only the epilogue
+    reads). Untuned, every such epilogue runs at the conv's VNNI tile
+    (tune/vnni._epilogues_at, _feeds_only_epilogue): left as loop nests over the int32
+    accumulators written out in full, they made QDQ ResNet-50's 16 residual kernels its
+    slowest (2.4 ms against 0.24 ms for the first). No conv kernel has a loop nest over
+    its accumulators outside the tile but the stem's (its output changes layout): only
+    a padding of a conv's input runs outside it."""
+    from tvm import s_tir
+    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.plan import graph_for_plan
+    from tvm_fusion.tune.schedulable import kernel_module
+
+    _, model, compiled = resnet_head
+    if "avx512_vnni" not in load_target("host").features:
+        pytest.skip("the VNNI default schedule needs avx512_vnni")
+    mod = default_cpu_schedule(kernel_module(graph_for_plan(model.mod, compiled.plan),
+                                             compiled.plan, prepack=False),
+                               tvm.target.Target(compiled.info["tvm_target"]))
+    kernels = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or '"conv2d_NCHWc_int8_init"' not in func.script():
+            continue
+        sch = s_tir.Schedule(func)
+        tile = sch.get_loops(sch.get_sblock("conv2d_NCHWc_int8_init"))[0]
+        at_tile = [sch.get(b).name_hint for b in sch.get_child_blocks(tile)]
+        at_root = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        if "subtract" in gv.name_hint:  # the stem: its zero point, its NCHW output
+            continue
+        # the epilogue at the tile: outside it only a padding of the conv's input
+        outside = set(at_root) - set(at_tile)
+        assert all("pad" in n for n in outside), (gv.name_hint, outside)
+        kernels[gv.name_hint] = at_tile
+    assert len(kernels) == 7, kernels
+    # the first bottleneck's last conv: the sum and its quantization, both at the tile
+    two = [k for k, t in kernels.items() if "quantized" in t and any(n.startswith("T_add") for n in t)]
+    assert len(two) == 1, kernels
+    # the second's: its shortcut's requantization inlined into the epilogue at the tile
+    assert sum(k.startswith("fused_fake_quantize") for k in kernels) == 1, kernels

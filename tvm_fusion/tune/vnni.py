@@ -139,7 +139,10 @@ def _around(sch, name: str) -> list[str]:
     paddings left out."""
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     at = names.index(name)
+    gemm_reads = {region_buffer(r).name for r in sch.get(sch.get_sblock(name)).reads}
     for other in names[:at]:
+        if _feeds_only_epilogue(sch, other, gemm_reads):
+            continue  # inlined into the epilogue that reads it
         parallel_nest(sch, other)
     after = names[at + 1:]
     pads = 0
@@ -159,6 +162,22 @@ def _around(sch, name: str) -> list[str]:
         except Exception:  # noqa: BLE001 - stays its own loop nest
             pass
     return after
+
+
+def _feeds_only_epilogue(sch, name: str, gemm_reads: set) -> bool:
+    """Inline block ``name`` (before the GEMM) when the GEMM does not read what it
+    writes: a ResNet shortcut's requantization (``fake_quantize`` of the residual), which
+    only the epilogue's add reads. Left a loop nest of its own, it kept the epilogue off
+    the tile (TVM's reverse_compute_at wants every producer of a block under the loop),
+    and the kernel wrote its int32 accumulators out in full. True when inlined."""
+    block = sch.get_sblock(name)
+    if any(region_buffer(w).name in gemm_reads for w in sch.get(block).writes):
+        return False
+    try:
+        sch.compute_inline(block)
+    except Exception:  # noqa: BLE001 - stays a loop nest of its own
+        return False
+    return True
 
 
 def region_buffer(region):
@@ -219,6 +238,24 @@ def _epilogue_at(sch, last: str, tile, producer) -> None:
         parallel_nest(sch, last)
 
 
+def _epilogues_at(sch, after: list[str], tile, producer) -> None:
+    """Each epilogue block :func:`_around` left (it inlines all but the last, and any
+    block that writes an output of the kernel stays) at ``tile``, in order
+    (:func:`_epilogue_at`).
+
+    A ResNet bottleneck's last conv has two outputs: the float residual sum (``conv *
+    scale + bias`` requantized, plus the shortcut), which the next block's shortcut
+    reads, and its uint8 quantization, which the next conv reads. The sum cannot be
+    inlined (an output block), and with only the last block at the tile the sum ran as
+    a loop nest of its own over the int32 accumulators written out in full: QDQ
+    ResNet-50's 16 such kernels were its slowest (the first 2.4 ms, 0.24 ms at the tile;
+    benchmarks.kernel_table, RESULTS.md run 18)."""
+    names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    for name in after:
+        if name in names:
+            _epilogue_at(sch, name, tile, producer)
+
+
 def lowering_error(func) -> str | None:
     """None when the scheduled PrimFunc ``func`` goes through TVM's TIR lowering (the
     passes of ``tvm.tirx.build`` before code generation, ~0.1 s), else TVM's last line
@@ -268,8 +305,8 @@ def schedule_packed_vnni(func):
     sch.reorder(m_o, n_o, k_o, m_i, n_j, n_i)
     tile = sch.fuse(m_o, n_o)
     sch.parallel(tile)
-    if after:  # the epilogue of the tile right after it, while its accumulators are hot
-        _epilogue_at(sch, after[-1], tile, blk)
+    # the epilogue of the tile right after it, while its accumulators are hot
+    _epilogues_at(sch, after, tile, blk)
     sch.decompose_reduction(blk, k_o)
     sch.tensorize(n_i, VNNI_INTRIN)
     sch.unroll(m_i)
@@ -320,8 +357,7 @@ def schedule_conv_vnni(func):
     sch.reorder(n, occ_o, oh, ow_o, ico, kh, kw, icf, occ_i, ow_i, ocb, ics)
     tile = sch.fuse(n, occ_o, oh, ow_o)
     sch.parallel(tile)
-    if after:
-        _epilogue_at(sch, after[-1], tile, blk)
+    _epilogues_at(sch, after, tile, blk)
     try:
         sch.decompose_reduction(blk, ico)
         sch.tensorize(ocb, VNNI_INTRIN)
