@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# tests of the benchmarks import them from the checkout (``benchmarks`` is not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # tvm_fusion runs TVM's thread pool on every core (config.use_all_cores, at import). On
 # this project's loaded 2-core machines a tiny parallel kernel then waits 4-16 ms for its

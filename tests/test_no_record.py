@@ -177,3 +177,55 @@ def test_a_max_reduction_is_never_unrolled_past_32_by_a_pick():
     with target:
         spaces = fallback._design_spaces(wl, target, gen, 0)
     assert spaces and not any(fallback._may_hang_llvm(s.mod["main"]) for s in spaces)
+
+
+def test_a_wrong_pick_of_a_quantizing_kernel_is_caught_at_a_large_scale():
+    """A fake quantize at scale 15.3 (a QDQ ResNet-50's) rounds a standard normal draw to
+    zeros: a pick that gave 16 channels the first one's value passed the check, and the
+    NCHW int8 ResNet-50 came out 111 steps off. The check's odd draw spans 0.1 .. 1000."""
+    from tvm import te
+
+    def kernel(wrong: bool) -> tvm.IRModule:
+        x = te.placeholder((4, 64), "float32", name="x")
+        s = tvm.tirx.const(15.3, "float32")
+
+        def at(i, c):
+            return x[i, c - c % 16] if wrong else x[i, c]
+
+        y = te.compute((4, 64), lambda i, c: te.max(te.min(
+            te.round(at(i, c) / s), tvm.tirx.const(127.0, "float32")),
+            tvm.tirx.const(-128.0, "float32")) * s, name="y")
+        return tvm.IRModule({"main": te.create_prim_func([x, y])})
+
+    target = as_target("host").tvm_target()
+    plain = kernel(False)
+    assert fallback._check({"k": plain}, {"k": plain}, target) == {}
+    assert fallback._check({"k": kernel(True)}, {"k": plain}, target) == {
+        "k": "outputs differ from the unscheduled kernel"}
+
+
+def test_a_max_pool_gets_a_parallel_vectorized_schedule():
+    """TOPI marks a pool's block with a MetaSchedule rule TVM 0.27 does not register
+    (meta_schedule.pool_max): every other rule skipped it, and a max pool ran as plain
+    loops in tuning and without records."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64, 64, 64), "float32"))
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.nn.max_pool2d(x, pool_size=(3, 3), strides=(2, 2),
+                                           padding=(1, 1, 1, 1), layout="NHWC"))
+        bb.emit_func_output(y)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    (name,) = [gv.name_hint for gv, f in mod.functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc)]
+    wl = tvm.IRModule({"main": mod[name]})
+    target = as_target("host").tvm_target()
+    gen = space_generator(space_for_target(target), target)
+    scheduled, picks = fallback.schedule_without_records(
+        tvm.IRModule({name: mod[name]}), target, space_generator=gen, cost_model=None,
+        budget_s=0)
+    assert picks[name].kind == "rule default", picks
+    text = scheduled[name].script()
+    assert "T.parallel" in text and "T.vectorized" in text
+    assert "T.parallel" not in wl["main"].script()

@@ -47,7 +47,7 @@ from ..tune.logs import open_database, read_manifest, target_dir, target_identit
 from ..tune.measure import NEAR_TIE, MeasureError
 from ..tune.prepack import resolve_prepack
 from ..tune.schedulable import make_schedulable
-from ..tune.verify import _buffers, run_kernel
+from ..tune.verify import _buffers, quantizes, run_kernel
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
 BUNDLE_VERSION = 1
@@ -308,6 +308,7 @@ def _export_kernel(wl, name, index, hw, tvm_target, out, count, seed, sample_sch
     np.savez_compressed(refpath, **{f"b{i}": a for i, a in ref.items()})
     return {"task": name, "lib": str(path.relative_to(out)),
             "ref": str(refpath.relative_to(out)), "params": _params(func),
+            "quantizes": quantizes(func),
             "checksum": _checksum(func, SEEDS[0]),
             "workload": json.loads(dumps(workload.as_json())),
             "candidates": [c for c in built if c != "default"],

@@ -81,15 +81,22 @@ def max_rel_error(got, want) -> float:
     return float(np.abs(g - w).max()) / max(float(np.abs(w).max()), 1e-30)
 
 
-def buffers(params, seed: int) -> list[np.ndarray]:
+def buffers(params, seed: int, quantizes: bool = False) -> list[np.ndarray]:
     """The random buffers of tvm_fusion.tune.verify._buffers, drawn the same way."""
+    wide = seed % 2 == 1 and quantizes
     rng = np.random.default_rng(seed)
     out = []
     for shape, dtype in params:
         if dtype.startswith("float"):
-            out.append(rng.standard_normal(shape).astype(dtype))
+            a = rng.standard_normal(shape)
+            if wide:
+                a *= 10.0 ** rng.uniform(-1.0, 3.0, shape)
+            out.append(a.astype(dtype))
         elif dtype == "bool":
             out.append(rng.integers(0, 2, shape).astype(bool))
+        elif dtype in ("int8", "uint8"):
+            info = np.iinfo(dtype)
+            out.append(rng.integers(info.min, info.max + 1, shape, dtype=dtype))
         else:
             out.append(np.zeros(shape, dtype=dtype))
     return out
@@ -189,7 +196,7 @@ def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
     row = {"kind": "kernel", "lib": k["lib"], "task": k["task"], "candidates": {}}
     lib = tvm.runtime.load_module(str(root / k["lib"]))
     seeds = (0, 1, 2)
-    host = {s: buffers(k["params"], s) for s in seeds}
+    host = {s: buffers(k["params"], s, k.get("quantizes", False)) for s in seeds}
     total = float(sum(np.asarray(b, np.float64).sum() for b in host[0]))
     if not np.isclose(total, k["checksum"], rtol=1e-6):
         row["default_error"] = (f"random buffers differ from the exporting machine's "

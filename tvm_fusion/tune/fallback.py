@@ -88,17 +88,46 @@ def _design_spaces(wl: tvm.IRModule, target, space_generator, seed: int) -> list
     for sch in ctx.generate_design_space():
         if _is_plain(sch):
             continue
-        sch = sch.copy()
-        sch.seed(seed)
-        if all(p.apply(sch) for p in ctx.space_generator.postprocs) and \
-                not _may_hang_llvm(sch.mod["main"]):
-            out.append(sch)
+        done = _postprocessed(sch, ctx, seed)
+        if done is not None and _may_hang_llvm(done.mod["main"]):
+            # the same tiles with the unroll drawn at most SAFE_UNROLL (a max pool's
+            # plain-rule draw of 512 was its only space)
+            done = _postprocessed(_capped_unroll(sch, wl), ctx, seed)
+        if done is not None and not _may_hang_llvm(done.mod["main"]):
+            out.append(done)
+    return out
+
+
+def _postprocessed(sch, ctx, seed: int):
+    sch = sch.copy()
+    sch.seed(seed)
+    return sch if all(p.apply(sch) for p in ctx.space_generator.postprocs) else None
+
+
+def _capped_unroll(sch, wl: tvm.IRModule):
+    """``sch`` replayed with every sampled unroll step of at most ``SAFE_UNROLL``."""
+    trace = sch.trace
+    unroll_rvs = [inst.inputs[1] for inst in trace.insts if inst.kind.name == "Annotate"
+                  and str(inst.attrs[0]).startswith("meta_schedule.unroll")]
+    for inst in trace.insts:
+        if inst.kind.name != "SampleCategorical" or \
+                not any(inst.outputs[0].same_as(rv) for rv in unroll_rvs):
+            continue
+        steps = [int(c) for c in inst.attrs[0]]
+        safe = [i for i, c in enumerate(steps) if c <= SAFE_UNROLL]
+        if safe and steps[int(trace.decisions[inst])] > SAFE_UNROLL:
+            trace = trace.with_decision(inst, max(safe, key=steps.__getitem__),
+                                        remove_postproc=True)
+    out = tvm.s_tir.Schedule(wl)
+    trace.apply_to_schedule(out, remove_postproc=True)
     return out
 
 
 # A float max/min reduction (DynamicQuantizeLinear's range) unrolled explicitly by more
 # than 32: LLVM did not finish building one such kernel of the int8 T5 encoder in 400 s
-# (0.14 s at 32), and the build has no timeout. Such picks are left out.
+# (0.14 s at 32), and the build has no timeout. Such picks are left out, a rule default
+# drawn so is replayed at SAFE_UNROLL.
+SAFE_UNROLL = 32
 _MAX_MIN_UPDATE = re.compile(r"(\w+)\[[^\]]*\] = T\.(?:max|min)\(\1\[")
 _UNROLL_STEP = re.compile(r"pragma_auto_unroll_max_step\D*?(\d+)")
 
@@ -106,7 +135,7 @@ _UNROLL_STEP = re.compile(r"pragma_auto_unroll_max_step\D*?(\d+)")
 def _may_hang_llvm(func: tvm.tirx.PrimFunc) -> bool:
     text = func.script()
     return bool(_MAX_MIN_UPDATE.search(text)) and any(
-        int(step) > 32 for step in _UNROLL_STEP.findall(text))
+        int(step) > SAFE_UNROLL for step in _UNROLL_STEP.findall(text))
 
 
 def _rule_default(wl, target, space_generator, cost_model, seed: int):
@@ -127,13 +156,18 @@ def _rule_default(wl, target, space_generator, cost_model, seed: int):
     return spaces[int(np.argmax(scores))].mod
 
 
-def _rank_without_model(sch) -> int:
+def _rank_without_model(sch) -> tuple[int, int]:
     """Our register tile or depthwise rule first (MLAS's micro-kernel), then a tiled
-    space (MultiLevelTiling), then the rest; ``min`` keeps the first of equals."""
+    space (MultiLevelTiling), then our plain rule (on most blocks), then the rest (an
+    rfactor of a pool's 3 x 3 window); ``min`` keeps the first of equals."""
     trace = str(sch.trace)
     if any(f'ann_val="tvm_fusion.{rule}"' in trace for rule in TILE_RULES):
-        return 0
-    return 1 if "sample_perfect_tile" in trace else 2
+        return (0, 0)
+    if "meta_schedule.tiling_structure" in trace:
+        return (1, 0)
+    plain = trace.count('ann_val="tvm_fusion.plain"')
+    tier = 2 if plain and "rfactor(" not in trace else 3
+    return (tier, -plain - trace.count("sch.parallel("))  # its parallel space first
 
 
 def _is_plain(sch) -> bool:

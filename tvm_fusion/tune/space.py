@@ -28,6 +28,7 @@ from ..errors import TvmFusionError
 from .cpu_rules import (MutateTileChoice, PlainConfig, PlainRule, RegisterTileConfig,
                         RegisterTileRule, vector_shape)
 from .fast_import import import_tensor_intrinsics
+from .ms_compat import schedule_pools_like_reductions
 
 SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"
@@ -469,6 +470,7 @@ def space_generator(space: SearchSpace, target):
     tvm.s_tir.meta_schedule.space_generator.PostOrderApply
     """
     _check_target(space, target)
+    schedule_pools_like_reductions()
     sr, pp, mu = ms.schedule_rule, ms.postproc, ms.mutator
     rules = []
     for name in space.rules:

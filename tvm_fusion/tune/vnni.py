@@ -224,8 +224,18 @@ def _epilogue_at(sch, last: str, tile, producer) -> None:
     MakePackedAPI), and the whole build failed."""
     block = sch.get_sblock(last)
     try:
-        if np.prod(_shape(sch, block)) != np.prod(_shape(sch, producer)):
+        total = np.prod(_shape(sch, block))
+        if total != np.prod(_shape(sch, producer)):
             raise ValueError("not one output element per accumulator")
+        trial = sch.copy()
+        trial.reverse_compute_at(trial.get_sblock(last), tile)
+        loops = trial.get_loops(trial.get_sblock(last))
+        if np.prod([int(trial.get(lp).extent) for lp in loops]) != total:
+            # a flatten across the tile's axis (channel-major 16 x 8 x 8 -> 1024 at an
+            # output-row tile): each tile would cover 968 of the 1024 outputs, reading
+            # other threads' accumulators before they are written (a race: 255 steps
+            # off on 2 threads, right on 1)
+            raise ValueError("the epilogue's outputs overlap across tiles")
         sch.reverse_compute_at(block, tile)
         inner = sch.get_loops(block)[1:]
         if int(sch.get(inner[-1]).extent) % 16 == 0:
