@@ -319,6 +319,41 @@ def test_external_data_that_is_not_a_file_is_refused(tmp_path, location, says):
     assert says in str(info.value)
 
 
+def test_external_data_whose_disk_fails_mid_read_is_one_error(tmp_path, monkeypatch):
+    """EIO while reading a checked slice (a failing disk, a dropped network mount) names
+    the tensor, the file and the cause; it was an OSError out of the importer."""
+    import errno
+
+    from tvm_fusion.frontend import external
+
+    np.ones((16, 8), "float32").tofile(tmp_path / "w.bin")
+    model = _external_onnx(tmp_path / "m.onnx", "w.bin")
+    real = os.fdopen
+
+    class Failing:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, *args):
+            return self.f.seek(*args)
+
+        def read(self, *args):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(external.os, "fdopen", lambda fd, *a, **k: Failing(real(fd, *a, **k)))
+    with pytest.raises(ModelImportError) as info:
+        tf.import_model(model)
+    msg = str(info.value)
+    assert "tensor 'w'" in msg and "w.bin" in msg and os.strerror(errno.EIO) in msg
+    assert "import again" in msg
+
+
 def test_external_data_inside_the_folder_is_read(tmp_path):
     """Two tensors in one file at their offsets, as exporters write them, and a link
     that stays inside the folder."""

@@ -124,3 +124,22 @@ def test_the_runners_error_measure_is_the_one_tune_and_run_use():
     cases = [want + 1e-5, want, np.full_like(want, np.inf), want.astype("float64")]
     for got in cases:
         assert offline_runner.max_rel_error(got, want) == max_rel_error(got, want)
+
+
+def test_results_lines_the_runner_never_writes_are_skipped_with_a_warning(tmp_path):
+    """A results.jsonl edited by hand or cut by a dying device: rows without their key
+    (a model's label, a kernel's lib), non-objects and bytes that are not UTF-8 are
+    skipped and counted, never a KeyError (exit 70) that loses the good rows."""
+    good_model = {"kind": "model", "label": "m cost", "ms": 1.0}
+    good_kernel = {"kind": "kernel", "lib": "kernels/k000.so", "default_us": 3.0}
+    lines = [json.dumps(good_model).encode(), json.dumps({"kind": "model"}).encode(),
+             json.dumps({"kind": "kernel", "lib": ["x"]}).encode(), b"[1, 2]",
+             b'{"kind": "kernel", "lib": "\xff\xfe"', json.dumps(good_kernel).encode(),
+             b'{"kind": "kern']
+    (tmp_path / "results.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.warns(UserWarning, match=r"skipped 5 line\(s\).*line 2, 3, 4, 5, 7"):
+        models, kernels = offline.read_results(tmp_path)
+    assert models == {"m cost": good_model} and kernels == {"kernels/k000.so": good_kernel}
+    # the runner resuming from the same file skips them too
+    done = Results(tmp_path / "results.jsonl").done
+    assert done == {"m cost", "kernels/k000.so"}

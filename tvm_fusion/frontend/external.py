@@ -185,8 +185,14 @@ def _read(s: _Slice, source: str) -> bytes:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the check
             raise ModelImportError(f"{source}: {s.path} changed while it was being read")
-        f.seek(s.offset)
-        data = f.read(s.length)
+        try:
+            f.seek(s.offset)
+            data = f.read(s.length)
+        except OSError as err:  # EIO from a failing disk or a dropped network mount
+            raise ModelImportError(
+                f"{source}: reading the data of tensor {s.tensor.name!r} from {s.path} "
+                f"failed: {err.strerror or err}; check the disk or mount it is on and "
+                "import again") from None
     if len(data) != s.length:
         raise ModelImportError(f"{source}: {s.path} changed while it was being read "
                                f"(tensor {s.tensor.name!r})")

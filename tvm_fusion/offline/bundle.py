@@ -23,6 +23,7 @@ import json
 import os
 import tarfile
 import tempfile
+import warnings
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -324,15 +325,27 @@ def read_results(bundle_dir: str | os.PathLike) -> tuple[dict, dict]:
         raise MeasureError(f"{path} does not exist: run tvm_fusion/offline/runner.py on the device "
                            "with this bundle, and copy its results.jsonl here")
     models, kernels = {}, {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    bad = []
+    text = path.read_bytes().decode("utf-8", errors="replace")  # bad bytes: a bad line
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line cut short when the device died mid-write
-        if row.get("kind") == "model":
-            models[row["label"]] = row
-        elif row.get("kind") == "kernel":
-            kernels[row["lib"]] = row
+            bad.append(lineno)  # a line cut short when the device died mid-write
+            continue
+        key = {"model": "label", "kernel": "lib"}.get(
+            row.get("kind") if isinstance(row, dict) else None)
+        if key is None or not isinstance(row.get(key), str):
+            bad.append(lineno)
+            continue
+        (models if key == "label" else kernels)[row[key]] = row
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+        warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not a result the runner "
+                      f"writes (line {shown}); re-run runner.py on the device to measure "
+                      "what they held", stacklevel=2)
     return models, kernels
 
 

@@ -109,18 +109,22 @@ class Results:
         self.crashed: dict[str, set] = {}  # lib -> candidates a process died running
         last = None  # the last candidate started by the process that wrote this stretch
         if path.exists():
-            for line in path.read_text().splitlines():
+            for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:
+                    continue  # a line cut short when the process died mid-write
+                if not isinstance(row, dict):
                     continue
                 kind = row.get("kind")
                 if kind == "inflight":
-                    last = (row["lib"], row["name"])
+                    if isinstance(row.get("lib"), str) and isinstance(row.get("name"), str):
+                        last = (row["lib"], row["name"])
                     continue
                 if kind == "start" and last is not None:
                     self.crashed.setdefault(last[0], set()).add(last[1])
-                if kind in ("model", "kernel"):
+                if kind in ("model", "kernel") and isinstance(
+                        row.get("label") or row.get("lib"), str):
                     self.done.add(row.get("label") or row.get("lib"))
                 last = None
             if last is not None:
