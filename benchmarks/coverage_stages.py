@@ -103,9 +103,10 @@ def _max_error(got, want) -> float:
     return max((max_rel_error(g, w) for g, w in zip(got, want)), default=0.0)
 
 
-def _import(entry, path: Path):
+def _import(entry, path: Path, name: str | None = None):
     """``(model, note)``: imported with the corpus' consts where import_model can fix
-    inputs as constants, else with them as inputs (and a note saying so)."""
+    inputs as constants, else with them as inputs (and a note saying so); ``name``
+    (default the corpus name) is the model's ``source``."""
     import tvm_fusion
 
     params = inspect.signature(tvm_fusion.import_model).parameters
@@ -116,7 +117,8 @@ def _import(entry, path: Path):
     elif entry.consts:
         note = (f"import_model cannot fix {', '.join(entry.consts)} as constants here: "
                 "imported with them as inputs")
-    return tvm_fusion.import_model(path, entry.model.shapes, name=entry.name, **kwargs), note
+    return tvm_fusion.import_model(path, entry.model.shapes, name=name or entry.name,
+                                   **kwargs), note
 
 
 def run_model(entry, out: Path, skip: frozenset[str]) -> dict:

@@ -64,7 +64,9 @@ def build(name: str, budgets: list[int], out: Path) -> dict:
     entry = _entry(name)
     if entry is not None:
         feeds, _ = reference_feeds(entry, onnx.load(path, load_external_data=False))
-        model, _ = _import(entry, path)
+        # the file as the source: the logs' manifest names what planner_accuracy
+        # re-imports (a corpus name is no model name tvm-fusion knows)
+        model, _ = _import(entry, path, name=str(path))
     else:
         model = tf.import_model(path)
         feeds = dict(zip([t.name for t in model.inputs], random_inputs(model.inputs)))

@@ -139,3 +139,26 @@ def test_calibrate_fits_the_shares_from_logs_without_probing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no measured CPU kernel" in err and "tvm-fusion tune" in err
     assert "Traceback" not in err
+
+
+def test_math_calls_cost_their_lowering_not_one_flop():
+    """TVM counts an exp or a log as one FLOP; on a CPU a sigmoid costs an exp's
+    polynomial and a division, a log a scalar libm call per lane. chars2vec's LSTM
+    cells were priced 9-74x under (benchmarks/RESULTS.md run 14)."""
+    from tvm_fusion.plan.op_info import CALL_FLOPS, graph_info
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Log", ["s"], ["l"]),
+             helper.make_node("Relu", ["l"], ["y"])]
+    model = _model(nodes, [("x", [1, 4096])], [("y", [1, 4096])], [], name="math",
+                   simplify=False)
+    graph = tf.build_graph(model.mod)
+    infos = graph_info(graph)
+    nid = {n.op: n.id for n in graph.nodes}  # tir_sigmoid, tir_log, relu
+    assert infos[nid["tir_sigmoid"]].transcendental == (CALL_FLOPS["sigmoid"] - 1) * 4096
+    assert infos[nid["tir_log"]].transcendental == (CALL_FLOPS["log"] - 1) * 4096
+    assert infos[nid["relu"]].transcendental == 0
+    cpu = AnalyticalCostModel(graph, tf.load_target("x86_zen4"))
+    log, relu = nid["tir_log"], nid["relu"]
+    assert cpu.group_cost([log]).compute_us > 50 * cpu.group_cost([relu]).compute_us
+    gpu = AnalyticalCostModel(graph, tf.load_target("a100"))
+    assert gpu.transcendental(log) == 0  # GPUs: special-function units, gpu_terms' job

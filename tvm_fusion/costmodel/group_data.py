@@ -105,9 +105,9 @@ def _import_graph(source: str, shapes: list[str], plan):
     for simplify in (True, False):
         try:
             model = load_model_spec(source, shapes or None, simplify=simplify)
-        except TvmFusionError:  # a model file since moved, a name of another session
-            return None
-        graph = graph_for_plan(model.mod, plan)
+            graph = graph_for_plan(model.mod, plan)
+        except TvmFusionError:  # a model file since moved, a name of another session,
+            return None         # one tuned with inputs fixed as constants (an If on them)
         if graph.signature == plan.graph_signature:
             return graph
     return None

@@ -7,6 +7,9 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     constant/model input a member reads, and each tensor produced outside the group
     (once, however many members read it). Escaping outputs: members read outside the
     group or returned by the model. Intermediates read only inside stay on chip.
+    CPUs: a model whose weights and inputs fit the last-level cache together
+    (:attr:`AnalyticalCostModel.weights_resident`) keeps them there between inferences;
+    its kernels read them at the cache's rate (``memory_us``), not from DRAM.
     An activation (a tensor some node produces, not a model output) that fits the cache
     stays there between the kernel that writes it and the next that reads it, and is
     not DRAM traffic of either. CPUs: no larger than the cores' L2 together
@@ -30,7 +33,8 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     (``(passes-1) * input bytes``; nothing when that input stays in cache), or, when its producers are fused in, recomputes them
     once per extra pass (``(passes-1) *`` their FLOPs and their external input bytes).
 ``compute_us``
-    sum of FLOPs / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
+    sum of FLOPs (CPUs: with what math calls cost beyond one FLOP each,
+    :mod:`.op_info`'s ``transcendental``) / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
     bf16 and int8 contractions where the target has one, else ``<dtype>_vector``
     (fp32_vector when the dtype has no entry). CPUs: a contraction's FLOPs are divided
     by its lane utilisation, ``min(1, innermost output extent / lanes)`` (lanes =
@@ -184,7 +188,8 @@ def _add_op(model, nid, terms, *, matrix: bool, tiles: int) -> None:
     """The terms every role shares: FLOPs at the unit's peak, and the op's tiles."""
     node = model.graph.nodes[nid]
     terms.flops += node.flops
-    terms.compute_s += node.flops / peak_flops(model.hw, node.dtype, matrix=matrix) \
+    work = node.flops + model.transcendental(nid)
+    terms.compute_s += work / peak_flops(model.hw, node.dtype, matrix=matrix) \
         / model.efficiency(nid)
     terms.tiles = min(terms.tiles, tiles)
 
@@ -275,6 +280,7 @@ class AnalyticalCostModel:
         self.output_items = set(graph.output_items)
         self._cache: dict[frozenset, GroupCost] = {}
         self._eff: dict[int, float] = {}
+        self._weights_resident: bool | None = None
         self.cpu_efficiency = (cpu_efficiency(hw) if hw is not None and hw.family == "cpu"
                                else None)
 
@@ -294,6 +300,12 @@ class AnalyticalCostModel:
                     self.hw, eff, node, info, lanes=lanes,
                     depthwise=is_depthwise(self.graph, node, info))
         return self._eff[nid]
+
+    def transcendental(self, nid: int) -> float:
+        """CPUs: the FLOPs ``nid``'s math calls cost beyond one each (:mod:`.op_info`);
+        0 on GPUs, whose special-function units :mod:`.gpu_terms` leaves out."""
+        return self.infos[nid].transcendental if self.hw is not None \
+            and self.hw.family == "cpu" else 0.0
 
     def const_bytes(self, nid: int) -> int:
         """Bytes ``nid`` reads that no node produces (weights, constants, model inputs)."""
@@ -375,6 +387,44 @@ class AnalyticalCostModel:
                 stack += [q for q in self.graph.nodes[p].inputs if q in members]
         return sorted(seen)
 
+    @property
+    def weights_resident(self) -> bool:
+        """CPUs: whether the model's weights and inputs (every byte no node produces)
+        fit the last-level cache together, so that they stay there from one inference
+        to the next and no kernel reads them from DRAM (chars2vec's LSTM matmuls, which
+        read their 1 MB of weights every step, were priced 4-6x over from DRAM)."""
+        if self._weights_resident is None:
+            hw = self.hw
+            self._weights_resident = hw is not None and hw.family == "cpu" and \
+                self._model_const_bytes() <= hw.llc_bytes
+        return self._weights_resident
+
+    def _model_const_bytes(self) -> int:
+        """Bytes of the model's distinct constants and inputs (an unrolled LSTM's steps
+        share one weight: 4.6 MB in chars2vec, 52 MB counted per reader)."""
+        import tvm
+        from tvm import relax
+
+        try:
+            main = self.graph.mod["main"]
+        except (KeyError, ValueError, AttributeError):  # a graph built without one
+            return sum(self.const_bytes(n.id) for n in self.graph.nodes)
+        consts = {}
+
+        def visit(e):
+            if isinstance(e, tvm.ir.Constant) and isinstance(e.value, tvm.runtime.Tensor):
+                consts[e] = e.value
+
+        relax.analysis.post_order_visit(main.body, visit)
+        total = sum(math.prod(int(d) for d in v.shape) * max(tvm_bits(str(v.dtype)) // 8, 1)
+                    for v in consts.values())
+        for p in main.params:
+            ty = getattr(p, "ty", None)  # TVM 0.27's name for struct_info
+            dims = getattr(getattr(ty, "shape", None), "values", None)
+            if dims is not None and all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+                total += math.prod(int(d) for d in dims) * max(tvm_bits(str(ty.dtype)) // 8, 1)
+        return total
+
     def cache_resident(self, nid: int) -> bool:
         """Whether ``nid``'s result stays in cache between kernels (see above)."""
         hw = self.hw
@@ -409,8 +459,9 @@ class AnalyticalCostModel:
             # a multi-output node writes only the results needed elsewhere
             written += sum(graph.result_bytes((n, k)) for k in range(len(graph.nodes[n].results))
                            if (n, k) in read_by_copies or self.result_escapes((n, k), members))
-        return (sum(self.const_bytes(n) for n in members)
-                + sum(graph.result_bytes(i) for i in outside) + written)
+        consts = 0 if cached and self.weights_resident else \
+            sum(self.const_bytes(n) for n in members)
+        return consts + sum(graph.result_bytes(i) for i in outside) + written
 
     def launch_us(self, members) -> float:
         """Launch cost of one kernel computing ``members`` (``launch_us`` above)."""
@@ -434,8 +485,13 @@ class AnalyticalCostModel:
                           if self.infos[a].role == "elementwise" and self.escapes(a, members)]
         if not nests:  # elementwise only: inlined into one nest
             nests.append(min(math.ceil(self.infos[n].out_elems / ELEM_TILE) for n in members))
-        call = CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us
-        return call + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
+        return self.call_us() + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
+
+    def call_us(self) -> float:
+        """CPUs: the VM's call of one serial kernel (``call_overhead_us``, else
+        ``CPU_CALL_US``)."""
+        hw = self.hw
+        return CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us
 
     def _gpu_tiles(self, members, res, tiles: int) -> int:
         """Thread blocks of dlight's schedule of the group (:mod:`.gpu_terms`)."""
@@ -500,14 +556,14 @@ class AnalyticalCostModel:
             gpu = dict(blocks_per_unit=occ.blocks_per_unit, occupancy=occ.occupancy,
                        waves=occ.waves, latency_hiding=occ.latency_hiding,
                        resources=res)
+        total_us = max(compute_us, memory_us) / frac + launch_us
         cost = GroupCost(
             nodes=tuple(sorted(members)), flops=terms.flops + terms.recompute_flops,
             recompute_flops=terms.recompute_flops, dram_bytes=dram,
             spill_bytes=terms.spill_bytes, staged_bytes=terms.staged_bytes,
             onchip_bytes=onchip_capacity(hw, dynamic=dynamic), tiles=tiles,
             parallel_fraction=frac, compute_us=compute_us, memory_us=memory_us,
-            launch_us=launch_us, total_us=max(compute_us, memory_us) / frac + launch_us,
-            **gpu)
+            launch_us=launch_us, total_us=total_us, **gpu)
         self._cache[key] = cost
         return cost
 

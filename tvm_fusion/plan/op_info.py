@@ -20,6 +20,12 @@ Read from the operator's PrimFunc in the legalized module:
 ``rows``
     Independent rows of a reduction: main-input elements / ``reduce_len`` (1 for the
     other roles).
+``transcendental``
+    FLOPs its math calls cost beyond the one each that ``estimate_tir_flops`` counts:
+    per call, :data:`CALL_FLOPS` (the vector instructions of TVM's lowering: ``exp``
+    and ``erf`` polynomials; ``log`` and ``pow`` scalar libm calls, one per lane) less
+    one, times the calling block's iterations. chars2vec's LSTM cells (sigmoid, tanh)
+    were priced 9-74x under (benchmarks/RESULTS.md run 14).
 ``fills``
     Some of its output elements read none of its inputs, or another input than the
     rest (a pad's border, a concatenate): its stored value selects with
@@ -40,6 +46,12 @@ from ..graph import OpGraph, OpNode
 
 _ELEMENTWISE_KINDS = ("elemwise", "broadcast", "injective")
 _REDUCE_ITER = 2  # tir IterVar.CommReduce
+# vector FLOPs per element of a math call as TVM lowers it on a CPU (tune/fast_math.py:
+# exp and erf as polynomials; tanh and sigmoid around an exp; log and pow as scalar
+# libm calls, ~10 per lane of a 16-lane vector)
+CALL_FLOPS = {"exp": 16, "exp2": 16, "erf": 24, "tanh": 20, "sigmoid": 20, "log": 160,
+              "log2": 160, "log10": 160, "pow": 160, "sqrt": 4, "rsqrt": 4}
+_CALL = re.compile(r"\bT\.(" + "|".join(CALL_FLOPS) + r")\(")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +66,7 @@ class OpInfo:
     out_elems: int = 1
     dtype_bytes: int = 4
     fills: bool = False
+    transcendental: float = 0.0
 
 
 def _elems(shape) -> int:
@@ -66,6 +79,18 @@ def _blocks(func):
     root = sch.get_sblock("root")
     allocs = {b.name for b in sch.get(root).alloc_buffers}
     return [sch.get(b) for b in sch.get_child_blocks(root)], allocs
+
+
+def _transcendental(func) -> float:
+    """The ``transcendental`` FLOPs of ``func`` (see the module docstring)."""
+    blocks, _ = _blocks(func)
+    total = 0.0
+    for b in blocks:
+        extra = sum(CALL_FLOPS[m] - 1 for m in _CALL.findall(str(b.body)))
+        if extra:
+            total += extra * float(np.prod([max(int(iv.dom.extent), 1)
+                                            for iv in b.iter_vars], dtype=np.float64))
+    return total
 
 
 def _selects(func) -> bool:
@@ -87,12 +112,17 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     # every result of a multi-output op (a Split writes all its pieces)
     out_elems = sum(_elems(r.shape) for r in node.results) if node.results else _elems(node.shape)
     dbytes = max(tvm.DataType(node.dtype).bits // 8, 1)
+    try:
+        math = 0.0 if node.library else _transcendental(graph.mod[node.op])
+    except (KeyError, ValueError, AttributeError, RuntimeError):  # not a PrimFunc here
+        math = 0.0
     if node.kind in _ELEMENTWISE_KINDS:
         fills = node.kind == "injective" and not node.library and _selects(graph.mod[node.op])
         return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes,
-                      fills=fills)
+                      fills=fills, transcendental=math)
     if node.kind not in ("reduction", "gemm"):
-        return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes)
+        return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes,
+                      transcendental=math)
     blocks, allocs = _blocks(graph.mod[node.op])
     inputs = {r.source.name: r.source for b in blocks for r in b.reads
               if r.source.name not in allocs}
@@ -114,7 +144,7 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
             reduce_len = int(np.prod(red))
     reduce_len = reduce_len or max(in_elems // max(out_elems, 1), 1)
     return OpInfo(role=role, passes=len(readers) if role == "reduction" else 1,
-                  reduce_len=reduce_len,
+                  reduce_len=reduce_len, transcendental=math,
                   rows=max(in_elems // reduce_len, 1) if role == "reduction" else 1,
                   in_bytes=in_elems * max(tvm.DataType(main.dtype).bits // 8, 1),
                   out_elems=out_elems, dtype_bytes=dbytes)
