@@ -54,3 +54,30 @@ def test_per_class_table_and_the_goal_by_hand():
 def test_a_directory_without_logs_is_exit_2(tmp_path, capsys):
     assert pa.main(["--logs", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_a_model_tuned_with_an_input_fixed_is_reimported_with_it(tmp_path):
+    """silero-vad is tuned with ``--const sr=16000`` (its If folds to one branch): the
+    manifest keeps the value, and the accuracy report re-imports the model with it
+    (without it the import raised a PlanError out of the report)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    import tvm_fusion as tf
+    from tvm_fusion.costmodel import group_data
+    from tvm_fusion.plan import plan_model
+
+    graph = helper.make_graph(  # y = x * exp(s): with s fixed, exp(s) folds at import
+        [helper.make_node("Exp", ["s"], ["e"]), helper.make_node("Mul", ["x", "e"], ["y"])],
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    path = tmp_path / "scaled.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = tf.import_model(path, consts={"s": np.float32([2.0])})
+    _, plan = plan_model(model.mod, tf.load_target("host"), "cost")
+    entry = {"source": str(path), "inputs": {"x": [4, 8]}, "consts": {"s": [2.0]}}
+    assert group_data._graph_for(entry, plan) is not None
+    assert group_data._graph_for({**entry, "consts": {}}, plan) is None  # s an input

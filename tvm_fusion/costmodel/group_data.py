@@ -92,19 +92,21 @@ def _graph_for(entry: dict, plan):
     """The operator graph the stored plan was made for (simplified or not); one import
     per model and plan signature in a process (a model tuned into several log dirs)."""
     shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
-    key = (entry["source"], tuple(shapes), plan.graph_signature)
+    consts = [f"{k}={','.join(map(repr, v))}" for k, v in entry.get("consts", {}).items()]
+    key = (entry["source"], tuple(shapes), tuple(consts), plan.graph_signature)
     if key not in _GRAPHS:
-        _GRAPHS[key] = _import_graph(entry["source"], shapes, plan)
+        _GRAPHS[key] = _import_graph(entry["source"], shapes, plan, consts)
     return _GRAPHS[key]
 
 
-def _import_graph(source: str, shapes: list[str], plan):
+def _import_graph(source: str, shapes: list[str], plan, consts: list[str] | None = None):
     from ..model_spec import load_model_spec
     from ..plan import graph_for_plan
 
     for simplify in (True, False):
         try:
-            model = load_model_spec(source, shapes or None, simplify=simplify)
+            model = load_model_spec(source, shapes or None, consts or None,
+                                    simplify=simplify)
             graph = graph_for_plan(model.mod, plan)
         except TvmFusionError:  # a model file since moved, a name of another session,
             return None         # one tuned with inputs fixed as constants (an If on them)

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -247,6 +248,9 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     if entry is None or entry["plan"]["hash"] != plan.hash:
         entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),
                  "inputs": {t.name: list(t.shape) for t in model.inputs}}
+        if model.consts:  # --const values: re-importing the model needs them
+            entry["consts"] = {k: np.asarray(v).ravel().tolist()
+                               for k, v in model.consts.items()}
         manifest["models"][model.model_hash] = entry
     if prepack:  # an entry without the field was tuned without (or before) prepacking
         entry["prepack"] = True
