@@ -71,3 +71,13 @@ def test_u2netp_builds_and_matches(zoo_model, tmp_path):
     onnx.save(proto, path)
     compiled = _check(path, {"input.1": (1, 3, 64, 64)}, tmp_path, "u2netp")
     assert len(compiled.info["outputs"]) == 7
+    # run --compare holds an output to ONNX Runtime's own spread where the flat --rtol is
+    # tighter than float32 reassociation (at 320 x 320 the flat 1e-4 read FAIL while ORT's
+    # optimized and unoptimized runs differ by 1.1e-4 to 1.4e-4)
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "tvm_fusion", "run", str(tmp_path / "u2netp.so"),
+                           "--compare", str(path), "--rtol", "1e-9", "--repeat", "1"],
+                          capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if "max rel error" in ln]
+    assert proc.returncode == 0 and len(lines) == 7, proc.stdout + proc.stderr
+    assert all(" ok (10x ONNX Runtime's own spread " in ln for ln in lines), lines

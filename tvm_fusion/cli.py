@@ -354,13 +354,27 @@ def cmd_run(args) -> int:
         raise TvmFusionError(f"ONNX Runtime cannot run --compare {args.compare} on the "
                              f"module's inputs: {str(e).strip().splitlines()[0][:300]}; pass "
                              "the .onnx file the module was compiled from") from None
+    errors = [max_rel_error(got, want) for got, want in zip(outputs, ref)]
+    spread = None
+    if any(err > args.rtol for err in errors):
+        # ONNX Runtime disagrees with itself by float32 reassociation (its optimized and
+        # unoptimized runs: 1.1e-4 to 1.4e-4 on u2netp's outputs): an output within
+        # SPREAD_FACTOR x that of it is as near as ORT is to itself (the coverage check's
+        # rule, benchmarks/coverage_stages.py)
+        try:
+            spread = [max_rel_error(a, b) for a, b in
+                      zip(run_onnxruntime(reference, inputs, optimize=False), ref)]
+        except Exception:  # noqa: BLE001 - the flat --rtol alone then
+            spread = None
     bad = 0
-    for spec, got, want in zip(mod.output_info, outputs, ref):
-        err = max_rel_error(got, want)
-        ok = err <= args.rtol
+    for k, (spec, err) in enumerate(zip(mod.output_info, errors)):
+        tol = args.rtol if spread is None else max(args.rtol, SPREAD_FACTOR * spread[k])
+        ok = err <= tol
         bad += not ok
-        print(f"  {spec.name}: max rel error {err:.3g} {'ok' if ok else 'FAIL'} "
-              f"(rtol {args.rtol:g})")
+        why = f"rtol {args.rtol:g}" if tol == args.rtol else (
+            f"{SPREAD_FACTOR}x ONNX Runtime's own spread {spread[k]:.3g} between its "
+            "optimized and unoptimized runs")
+        print(f"  {spec.name}: max rel error {err:.3g} {'ok' if ok else 'FAIL'} ({why})")
     return 1 if bad else 0
 
 
@@ -597,7 +611,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "model inputs) or on random inputs, print the median "
                                    "latency, and with --compare check every output against "
                                    "ONNX Runtime: exit status 1 if any is off by more "
-                                   "than --rtol.")
+                                   "than --rtol and by more than 10x ONNX Runtime's own "
+                                   "spread (its optimized against its unoptimized run, "
+                                   "which float32 reassociation separates on deep "
+                                   "models).")
     r.add_argument("module", metavar="OUT.so", help="a library written by `tvm-fusion compile`")
     r.add_argument("--inputs", metavar="FILE.npz", help="inputs, one array per input name")
     r.add_argument("--compare", metavar="MODEL.onnx", help="reference model for ONNX Runtime")
@@ -659,6 +676,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
 
+SPREAD_FACTOR = 10  # run --compare: allowed error in units of ORT's own spread
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): 1 is `run --compare`'s "outputs differ"
 
 
