@@ -230,3 +230,43 @@ def test_ctrl_c_twice_exits_130_saying_what_is_saved_and_resumes(tmp_path):
     assert f"interrupted: {saved} trials are saved in {logs / 'host'}" in err, err
     assert "run the same command again to resume" in err
     _resumes(logs, _records(logs))
+
+
+def test_candidates_past_the_run_timeout_are_killed_logged_and_not_rerun(tmp_path):
+    """Every candidate runs 5 repeats of at least 10 ms, so ``--run-timeout 0.04`` kills
+    each: tuning still ends normally, says how many were killed, logs each to
+    rejected.jsonl as timed out; the next run (default timeout) resumes at the count and
+    measures the rest."""
+    logs = tmp_path / "logs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tvm_fusion", "tune", "embedded", "--trials", "4",
+         "--logs", str(logs), "--quiet", "--run-timeout", "0.04"],
+        capture_output=True, text=True, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "4 candidates killed by the runner after 0.04 s (--run-timeout)" in proc.stdout, \
+        proc.stdout
+    rows = [json.loads(line) for line in
+            (logs / "host" / "rejected.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["timed_out"] for r in rows), rows
+    assert all("Timeout, killed after 0.04 seconds" in r["error"] for r in rows), rows
+    assert _trials(logs) == 4
+    killed = _records(logs)
+    assert len(killed) == 4  # MetaSchedule keeps them as failed: a resume skips them
+    again = subprocess.run(
+        [sys.executable, "-m", "tvm_fusion", "tune", "embedded", "--trials", "8",
+         "--logs", str(logs), "--quiet"], capture_output=True, text=True, env=ENV,
+        timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "4 trials this run, 8 in total" in again.stdout, again.stdout
+    assert "killed by the runner" not in again.stdout, again.stdout
+    assert _records(logs)[:4] == killed and len(_records(logs)) == 8
+
+
+def test_run_timeout_must_be_positive(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tvm_fusion", "tune", "embedded", "--trials", "4",
+         "--logs", str(tmp_path), "--run-timeout", "0"],
+        capture_output=True, text=True, env=ENV, timeout=600)
+    assert proc.returncode == 2 and "--run-timeout: must be a positive number" in \
+        proc.stderr, proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -83,3 +84,45 @@ def test_a_record_faster_than_the_default_stays(state, record_us, default_us):
     assert not st.recheck_record(0)
     assert tvm_ffi.structural_equal(_deployed(st), record)
     assert st.best[0] == pytest.approx(750.0) and st.defaults_kept == 0
+
+
+def test_a_kernel_that_hangs_is_killed_by_the_runner_and_logged(tmp_path):
+    """A kernel that never ends (a loop on an input value) is killed at the run timeout;
+    the tuning state logs it to rejected.jsonl as timed out, and the same runner then
+    measures the next kernel (its killed worker replaced)."""
+    from tvm.script import tirx as T
+
+    from tvm_fusion.tune.measure import local_runner
+    from tvm_fusion.tune.progress import Progress
+
+    @T.prim_func
+    def hang(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        while a[0] > T.float32(-1e30):  # random inputs are finite: forever
+            b[0] = b[0] + T.float32(1)
+
+    target = tf.load_target("host").tvm_target()
+    runner = local_runner(timeout_s=1.0)
+    inputs = []
+    for name, func in (("hang", hang), ("ok", _workload()["main"])):
+        lib = tvm.tirx.build(tvm.IRModule({"main": func}), target=target)
+        lib.export_library(str(tmp_path / f"{name}.so"))
+        inputs.append(ms.runner.RunnerInput(str(tmp_path / f"{name}.so"), "cpu",
+                                            ms.arg_info.ArgInfo.from_prim_func(func)))
+    hung, ok = (f.result() for f in runner.run(inputs))
+    assert hung.run_secs is None and "Timeout, killed after 1.0 seconds" in hung.error_msg
+    assert ok.error_msg is None and len(ok.run_secs) > 0  # a new worker measured it
+
+    workload = tvm.IRModule({"main": hang})
+    entry = {"trials": 0, "plan": {"hash": "p"}}
+    task = SimpleNamespace(dispatched=[workload], task_name="hang", weight=1)
+    st = TuneState(tasks=[task], target=target, accepted=open_database(tmp_path, create=True),
+                   tdir=tmp_path, progress=Progress(1, enabled=False),
+                   manifest={"models": {"m": entry}}, entry=entry)
+    cand = ms.MeasureCandidate(tvm.s_tir.Schedule(workload),
+                               ms.arg_info.ArgInfo.from_prim_func(hang))
+    st.on_batch(None, 0, [cand], [hung])
+    assert st.timed_out == [1] and st.best == [None] and entry["trials"] == 1
+    (row,) = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    assert row["task"] == "hang" and row["timed_out"] is True
+    assert "killed after 1.0 seconds" in row["error"] and "--run-timeout" in row["error"]

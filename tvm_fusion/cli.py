@@ -33,7 +33,7 @@ from .plan import COMBINE_MODES, LAYOUTS, make_plan, plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import as_target, format_targets_table, list_targets, load_target
 from .tune.fallback import DEFAULT_BUDGET_S
-from .tune.measure import check_tracker_host, parse_tracker
+from .tune.measure import REPEAT, RUN_TIMEOUT_S, check_tracker_host, parse_tracker
 from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -59,6 +59,17 @@ def _count(minimum: int):
         return value
     parse.__name__ = "int"  # argparse names the type in its messages
     return parse
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 SIMPLIFY_HELP = ("keep the graph as converted: no cast/transpose removal or affine "
@@ -223,7 +234,7 @@ def cmd_tune(args) -> int:
                   cost_model=args.cost_model, search_space=args.search_space,
                   group_model=cost_model_cli.group_model_of(args.group_model),
                   rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-                  rpc_allow_remote=args.rpc_allow_remote,
+                  rpc_allow_remote=args.rpc_allow_remote, run_timeout_s=args.run_timeout,
                   measure="none" if args.dry_run else "device", layout=args.layout,
                   prepack=args.prepack, combine=args.combine, resources=args.resources)
     _print_tune_report(report)
@@ -258,6 +269,12 @@ def _print_tune_report(report) -> None:
     print(f"{report.trials_run} trials this run, {report.trials_total} in total, "
           f"{report.rejected} candidates rejected by verification, {report.elapsed_s:.0f} s; "
           f"sum of best kernels: {est}; logs: {report.logs / report.target}")
+    if report.timed_out:
+        slow = [t.name for t in report.tasks if t.timed_out]
+        print(f"{report.timed_out} candidates killed by the runner after "
+              f"{report.run_timeout_s:g} s (--run-timeout), in {', '.join(slow[:3])}"
+              + (f" and {len(slow) - 3} more" if len(slow) > 3 else "")
+              + f": logged to {report.logs / report.target / 'rejected.jsonl'}")
     print(f"cost model: {report.cost_model}")
 
 
@@ -546,6 +563,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fusion planner for a model with no plan in the logs yet "
                          "(default cost; a resumed run keeps the stored plan)")
     tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    tu.add_argument("--run-timeout", type=_positive_seconds, default=RUN_TIMEOUT_S,
+                    metavar="SECONDS",
+                    help=f"seconds one candidate may run, its {REPEAT} timed repeats "
+                         f"included, before the runner kills it (default "
+                         f"{RUN_TIMEOUT_S:g}). A schedule that hangs or is hopelessly slow "
+                         "is logged to LOGS/<target>/rejected.jsonl as timed out and "
+                         "never run again, on resume either")
     tu.add_argument("--quiet", action="store_true", help="no progress bar")
     tu.add_argument("--search-space", metavar="NAME|FILE.json",
                     help="schedule space: cpu, cuda, rocm (search_spaces/) or a JSON file "

@@ -39,7 +39,8 @@ from .fast_import import import_tensor_intrinsics
 from .logs import (check_writable, kernel_table, open_database, orphaned_records,
                    read_manifest, saved_trials, target_dir, target_identity, target_key,
                    write_fault, write_manifest)
-from .measure import MeasureError, RemoteDevice, check_local_device, make_runner
+from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_device,
+                      make_runner)
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .predicted import schedule_unmeasured
 from .prepack import prepack_default, resolve_prepack
@@ -63,6 +64,7 @@ class TaskResult:
     best_us: float | None  # best verified latency, all runs together
     predicted: bool = False  # best record chosen by the cost model, not by measurement
     measured: bool = True  # False: a predicted record no device has run (``--dry-run``)
+    timed_out: int = 0  # candidates the runner killed past ``run_timeout_s``, this run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +82,12 @@ class TuneReport:
     elapsed_s: float
     picks: tuple = ()  # tune.predicted.PredictedPick of every kernel the model chose for
     cost_model: str = NO_COST_MODEL  # which model ranked the candidates (describe_cost_model)
+    run_timeout_s: float = RUN_TIMEOUT_S
+
+    @property
+    def timed_out(self) -> int:
+        """Candidates the runner killed for running past ``run_timeout_s``, this run."""
+        return sum(t.timed_out for t in self.tasks)
 
     @property
     def est_ms(self) -> float | None:
@@ -109,7 +117,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
          cost_model: str | Path | None = "auto",
          search_space: str | Path | SearchSpace | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
-         rpc_allow_remote: bool = False,
+         rpc_allow_remote: bool = False, run_timeout_s: float = RUN_TIMEOUT_S,
          measure: str = "device", layout: str = "auto",
          prepack: bool | None = None, combine: str = "auto",
          group_model=None, resources: str = "auto") -> TuneReport:
@@ -170,6 +178,11 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         Measure through a tracker off this machine's loopback: TVM's RPC authenticates
         nobody, so any peer that reaches the tracker can register as a device of
         ``rpc_key`` and report the times and outputs the logs keep.
+    run_timeout_s : float
+        Seconds one candidate may run, its repeats included, before the runner kills it
+        (default 30, MetaSchedule's). A schedule that hangs or is hopelessly slow is
+        logged to ``rejected.jsonl`` as timed out, counted in the report, and never run
+        again: it stays in the candidates database as failed, so a resumed run skips it.
     cost_model : path, PretrainedCostModel, "auto" or "none"
         A pretrained model (``tvm-fusion cost-model train``) used in place of
         MetaSchedule's XGBoost model and updated with this run's measurements. With
@@ -215,7 +228,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         check_local_device(tvm_target, hw.name)
     space = _resolve_space(search_space, tvm_target)
     runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key,
-                                          allow_remote=rpc_allow_remote)
+                                          allow_remote=rpc_allow_remote,
+                                          timeout_s=run_timeout_s)
     tdir = target_dir(logs, hw.name)
     check_writable(tdir)  # before planning and building, not after
     orphans = orphaned_records(tdir)
@@ -295,13 +309,14 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     predicted = entry.get("predicted", {})
     results = tuple(TaskResult(name=t.task_name, weight=int(t.weight), trials=n, best_us=b,
                                predicted=t.task_name in predicted,
-                               measured=predicted.get(t.task_name, {}).get("measured", True))
-                    for t, n, b in zip(tasks, state.trials, state.best))
+                               measured=predicted.get(t.task_name, {}).get("measured", True),
+                               timed_out=k)
+                    for t, n, b, k in zip(tasks, state.trials, state.best, state.timed_out))
     return TuneReport(target=hw.name, logs=Path(logs), plan=plan,
                       trials_run=sum(state.trials), trials_total=entry["trials"],
                       tasks=results, rejected=state.rejected, interrupted=interrupted,
                       elapsed_s=time.monotonic() - t0, picks=tuple(picks),
-                      cost_model=cm_label)
+                      cost_model=cm_label, run_timeout_s=run_timeout_s)
 
 
 def default_cost_model(hw: HardwareTarget) -> Path | None:

@@ -31,6 +31,11 @@ from ..errors import TvmFusionError
 
 REPEAT = 5
 MIN_REPEAT_MS = 10
+# Seconds one candidate may run (its repeats included) before the runner kills its worker
+# process: MetaSchedule's default. A hanging or hopelessly slow schedule is recorded as
+# timed out (``rejected.jsonl``) and never measured again; the next one gets a new worker.
+RUN_TIMEOUT_S = 30.0
+TIMEOUT_MARK = "Timeout"  # in the error of a run LocalRunner / RPCRunner killed
 NEAR_TIE = 0.03  # a candidate within 3% of the best is measured again before it wins
 REMEASURE_ROUNDS = 2
 
@@ -215,35 +220,46 @@ class RemoteDevice:
 
 
 def make_runner(*, rpc_tracker: str | None = None, rpc_key: str | None = None,
-                session_timeout_s: int = 60, allow_remote: bool = False) -> ms.runner.Runner:
+                session_timeout_s: int = 60, allow_remote: bool = False,
+                timeout_s: float = RUN_TIMEOUT_S) -> ms.runner.Runner:
     """The local runner, or an RPC runner through ``rpc_tracker`` for devices of ``rpc_key``
-    (on this machine's loopback unless ``allow_remote``: :func:`check_tracker_host`)."""
+    (on this machine's loopback unless ``allow_remote``: :func:`check_tracker_host`).
+
+    ``timeout_s``: seconds one candidate may run before it is killed (locally: its worker
+    process; over RPC: its session, at least ``session_timeout_s``)."""
+    if not timeout_s > 0:
+        raise MeasureError(f"the run timeout must be a positive number of seconds, "
+                           f"got {timeout_s}")
     if (rpc_tracker is None) != (rpc_key is None):
         raise MeasureError("--rpc-tracker and --rpc-key go together: give both to measure on "
                            "remote devices, or neither to measure on this machine")
     if rpc_tracker is None:
-        return local_runner()
+        return local_runner(timeout_s)
     host, port = parse_tracker(rpc_tracker)
     check_tracker_host(host, port, allow_remote=allow_remote)
     free = check_tracker(host, port, rpc_key)
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc_key,
-                                 session_priority=1, session_timeout_sec=session_timeout_s)
+                                 session_priority=1,
+                                 session_timeout_sec=max(session_timeout_s, math.ceil(timeout_s)))
     return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator_config(),
                                max_workers=free)
 
 
-_local: dict[int, ms.runner.LocalRunner] = {}
+_local: dict[tuple[int, float], ms.runner.LocalRunner] = {}
 
 
-def local_runner() -> ms.runner.LocalRunner:
-    """This process's local runner, made once: its one worker process stays up between
-    ``tune()`` calls (a new one imports TVM first, seconds here); a worker that died is
-    replaced before the next measurement, and a forked child makes its own."""
+def local_runner(timeout_s: float = RUN_TIMEOUT_S) -> ms.runner.LocalRunner:
+    """This process's local runner for ``timeout_s``, made once: its one worker process
+    stays up between ``tune()`` calls (a new one imports TVM first, seconds here); a
+    worker that died or was killed for a timeout is replaced before the next
+    measurement, and a forked child makes its own."""
     from .builder import drop_dead_workers
 
-    runner = _local.get(os.getpid())
+    key = (os.getpid(), float(timeout_s))
+    runner = _local.get(key)
     if runner is None:
-        runner = _local[os.getpid()] = ms.runner.LocalRunner(evaluator_config=evaluator_config())
+        runner = _local[key] = ms.runner.LocalRunner(timeout_sec=float(timeout_s),
+                                                     evaluator_config=evaluator_config())
     drop_dead_workers(runner.pool)
     return runner
 

@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..gpu.schedule import default_schedule
 from .budget import stalled
 from .logs import add_trials, append_jsonl
-from .measure import NEAR_TIE, device_type, median_us, remeasure, valid_secs
+from .measure import NEAR_TIE, TIMEOUT_MARK, device_type, median_us, remeasure, valid_secs
 from .verify import KernelVerifier, Outcome, Verdict
 
 
@@ -57,6 +57,7 @@ class TuneState:
             self.best.append(median_us(top[0].run_secs) if known else None)
         self.trials = [0] * len(tasks)
         self.rejected = 0
+        self.timed_out = [0] * len(tasks)  # candidates the runner killed, per task
         self.stop = False
         self.index = list(range(len(tasks)))  # scheduler task id -> our task id
         # budget of the round in flight, and each task's best measured latency per trial
@@ -94,6 +95,16 @@ class TuneState:
                 "task": self.tasks[i].task_name, **log, "error": verdict.error,
                 "trace": str(cand.sch.trace)[:4000]})
         return outcome
+
+    def _timed_out(self, i: int, cand, error: str) -> None:
+        """Log a candidate the runner killed: MetaSchedule keeps it in the candidates
+        database as failed (never run again, on resume too); this says why."""
+        self.timed_out[i] += 1
+        append_jsonl(self.tdir / "rejected.jsonl", {
+            "task": self.tasks[i].task_name, "stage": "run", "timed_out": True,
+            "error": f"{error.strip().splitlines()[0]}: the schedule hangs or runs far "
+                     "longer than the run timeout (tune --run-timeout)",
+            "trace": str(cand.sch.trace)[:4000]})
 
     def recheck_record(self, i: int) -> bool:
         """Time task ``i``'s committed record against its default schedule, side by side;
@@ -178,6 +189,9 @@ class TuneState:
         self.trials[task_id] += len(candidates)
         self.round_trials[task_id] = self.round_trials.get(task_id, 0) + len(candidates)
         hist = self.history[task_id]
+        for cand, r in zip(candidates, results):
+            if r.error_msg is not None and TIMEOUT_MARK in r.error_msg:
+                self._timed_out(task_id, cand, r.error_msg)
         for r in results:
             lat = _latency_us(r)
             hist.append(min(hist[-1] if hist else math.inf,
