@@ -143,3 +143,46 @@ def test_results_lines_the_runner_never_writes_are_skipped_with_a_warning(tmp_pa
     # the runner resuming from the same file skips them too
     done = Results(tmp_path / "results.jsonl").done
     assert done == {"m cost", "kernels/k000.so"}
+
+
+def test_a_candidate_that_hangs_on_the_device_is_timed_out_and_the_runner_resumes(tmp_path):
+    """A kernel library whose candidate ``c0`` never returns (a loop on an input value)
+    between two good ones: the runner (its own process, as on a device) records ``c0``
+    as timed out after --kernel-timeout, restarts itself, and checks and times ``c1``."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def default(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    @T.prim_func
+    def hang(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        while a[0] > T.float32(-1e30):  # random inputs are finite: forever
+            b[0] = b[0] + T.float32(1)
+
+    bundle = tmp_path / "bundle"
+    (bundle / "kernels").mkdir(parents=True)
+    lib = tvm.tirx.build(tvm.IRModule({
+        n: f.with_attr("global_symbol", n)
+        for n, f in (("default", default), ("c0", hang), ("c1", default))}), target="llvm")
+    lib.export_library(str(bundle / "kernels" / "k0.so"))
+    params = [[[4], "float32"], [[4], "float32"]]
+    a, b = offline_runner.buffers(params, 0)
+    np.savez(bundle / "kernels" / "k0.ref.npz", b1=a + 1)
+    (bundle / "bundle.json").write_text(json.dumps({"device": "cpu", "models": [], "kernels": [
+        {"task": "add_one", "lib": "kernels/k0.so", "ref": "kernels/k0.ref.npz",
+         "params": params, "checksum": float(a.sum() + b.sum(), ),
+         "candidates": ["c0", "c1"]}]}))
+    proc = subprocess.run([sys.executable, str(RUNNER), str(bundle), "--kernel-timeout", "1"],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "c0 still running after 1 s (--kernel-timeout)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    rows = [json.loads(line) for line in (bundle / "results.jsonl").read_text().splitlines()]
+    (kernel,) = [r for r in rows if r["kind"] == "kernel"]
+    assert kernel["candidates"]["c0"]["timed_out"] is True
+    assert "still running after 1.0 s" in kernel["candidates"]["c0"]["error"]
+    assert kernel["candidates"]["c1"]["verified"] and kernel["candidates"]["c1"]["median_us"] > 0

@@ -11,7 +11,9 @@ candidate against the default on three seeds, and each is timed with TVM's
 time_evaluator. One JSON line per model and per kernel goes to ``BUNDLE_DIR/results.jsonl``
 as soon as it is known: a re-run skips what is there, and a candidate that kills the
 process (a sticky device error) is recorded as failed when the re-run finds it marked
-in flight.
+in flight. A candidate still running after ``--kernel-timeout`` seconds (a schedule that
+hangs) is recorded as timed out and the runner restarts itself in a fresh process,
+which resumes after it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +34,9 @@ RTOL = 1e-4  # as tune's verification (verify.KERNEL_RTOL) and ``run --rtol``
 # run for minutes on one core). One call that slow is not checked nor timed further:
 # it would hold the device for the 3 seeds and the timing runs, and would never win.
 SLOW_CALL_S, SLOW_FACTOR = 1.0, 100.0
+# A call that never returns cannot be interrupted: past this, the runner records the
+# candidate as timed out and replaces itself with a fresh process (which resumes).
+KERNEL_TIMEOUT_S = 60.0
 
 
 def _load_tvm(device: str):
@@ -107,6 +113,7 @@ class Results:
         self.path = path
         self.done = set()
         self.crashed: dict[str, set] = {}  # lib -> candidates a process died running
+        self.timed_out: dict[str, dict] = {}  # lib -> {candidate: seconds} past the timeout
         last = None  # the last candidate started by the process that wrote this stretch
         if path.exists():
             for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
@@ -120,6 +127,12 @@ class Results:
                 if kind == "inflight":
                     if isinstance(row.get("lib"), str) and isinstance(row.get("name"), str):
                         last = (row["lib"], row["name"])
+                    continue
+                if kind == "timeout":
+                    if isinstance(row.get("lib"), str) and isinstance(row.get("name"), str):
+                        self.timed_out.setdefault(row["lib"], {})[row["name"]] = \
+                            row.get("timeout_s")
+                    last = None  # it did not crash the process: the watchdog ended it
                     continue
                 if kind == "start" and last is not None:
                     self.crashed.setdefault(last[0], set()).add(last[1])
@@ -196,7 +209,74 @@ def _healthy(tvm, lib, host, dev) -> bool:
         return False
 
 
-def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
+class Watchdog:
+    """Ends a candidate's run that passes ``timeout_s``: writes a ``timeout`` row, then
+    replaces this process with a fresh run of the same command (``os.execv``), which
+    skips it. Armed only where the runner is its own process (``restart``); a native
+    call that never returns cannot be interrupted any other way."""
+
+    def __init__(self, results: Results, timeout_s: float | None, restart: bool):
+        self.results, self.timeout_s = results, timeout_s
+        self.armed = restart and bool(timeout_s)
+        self._lock = threading.Lock()
+
+    def guard(self, lib: str, name: str, task: str):
+        return _Guard(self, lib, name, task)
+
+    def fire(self, guard) -> None:
+        with self._lock:  # the candidate's own end takes it too: one of the two wins
+            if guard.over:
+                return
+            self.results.write({"kind": "timeout", "lib": guard.lib, "name": guard.name,
+                                "timeout_s": self.timeout_s})
+            print(f"{guard.task}: {guard.name} still running after {self.timeout_s:g} s "
+                  "(--kernel-timeout); recorded as timed out, restarting in a fresh "
+                  "process to resume", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os.execv(sys.executable, sys.orig_argv)
+
+
+class _Guard:
+    def __init__(self, dog: Watchdog, lib: str, name: str, task: str):
+        self.dog, self.lib, self.name, self.task = dog, lib, name, task
+        self.over, self.timer = False, None
+
+    def __enter__(self):
+        if self.dog.armed:
+            self.timer = threading.Timer(self.dog.timeout_s, self.dog.fire, (self,))
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.timer is not None:
+            with self.dog._lock:
+                self.over = True
+                self.timer.cancel()
+        return False
+
+
+def _check_candidate(tvm, lib, name: str, dev, host: dict, want: dict,
+                     default_us: float) -> dict:
+    """Candidate ``name`` against the default's outputs on each seed, then timed."""
+    worst = 0.0
+    for s in host:
+        arrays = [tvm.runtime.tensor(a, dev) for a in host[s]]
+        t0 = time.perf_counter()
+        lib[name](*arrays)
+        dev.sync()
+        took = time.perf_counter() - t0
+        if took > max(SLOW_CALL_S, SLOW_FACTOR * default_us * 1e-6):
+            raise SlowCandidate(f"too slow to check and time: one call took {took:.2f} s, "
+                                f"the default {default_us:.4g} us")
+        worst = max([worst] + [max_rel_error(a.numpy(), w) for a, w in zip(arrays, want[s])])
+    secs = _time(lib, name, dev, arrays)
+    return {"max_rel_error": worst, "verified": worst <= RTOL, "run_secs": secs,
+            "median_us": float(np.median(secs)) * 1e6}
+
+
+def run_kernel(tvm, k: dict, root: Path, dev, results: Results,
+               watchdog: Watchdog | None = None) -> dict:
     row = {"kind": "kernel", "lib": k["lib"], "task": k["task"], "candidates": {}}
     lib = tvm.runtime.load_module(str(root / k["lib"]))
     seeds = (0, 1, 2)
@@ -226,32 +306,23 @@ def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
         row["default_error"] = str(e).strip().splitlines()[-1][:300] if str(e) else repr(e)
         return row
     crashed = results.crashed.get(k["lib"], set())
+    timed_out = results.timed_out.get(k["lib"], {})
+    watchdog = watchdog or Watchdog(results, None, restart=False)
     for name in k["candidates"]:
+        if name in timed_out:
+            row["candidates"][name] = {
+                "verified": False, "timed_out": True,
+                "error": f"still running after {timed_out[name]} s (--kernel-timeout): "
+                         "killed, the schedule hangs or is hopelessly slow"}
+            continue
         if name in crashed:
             row["candidates"][name] = {"verified": False,
                                        "error": "the process died while running it"}
             continue
         results.write({"kind": "inflight", "lib": k["lib"], "name": name})
-        c = {}
         try:
-            worst = 0.0
-            for s in seeds:
-                arrays = [tvm.runtime.tensor(a, dev) for a in host[s]]
-                t0 = time.perf_counter()
-                lib[name](*arrays)
-                dev.sync()
-                took = time.perf_counter() - t0
-                if took > max(SLOW_CALL_S, SLOW_FACTOR * row["default_us"] * 1e-6):
-                    raise SlowCandidate(f"too slow to check and time: one call took "
-                                        f"{took:.2f} s, the default "
-                                        f"{row['default_us']:.4g} us")
-                worst = max([worst] + [max_rel_error(a.numpy(), w)
-                                       for a, w in zip(arrays, want[s])])
-            c["max_rel_error"] = worst
-            c["verified"] = worst <= RTOL
-            secs = _time(lib, name, dev, arrays)
-            c["run_secs"] = secs
-            c["median_us"] = float(np.median(secs)) * 1e6
+            with watchdog.guard(k["lib"], name, k["task"]):
+                c = _check_candidate(tvm, lib, name, dev, host, want, row["default_us"])
         except SlowCandidate as e:
             c = {"verified": False, "error": str(e)}
         except Exception as e:  # noqa: BLE001
@@ -267,13 +338,20 @@ def run_kernel(tvm, k: dict, root: Path, dev, results: Results) -> dict:
     return row
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, restart: bool = False) -> int:
+    """Run the bundle; ``restart`` (the script's own process only) arms the watchdog
+    that restarts the runner past ``--kernel-timeout``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle", type=Path, help="a directory written by offline.export_bundle")
     ap.add_argument("--repeat", type=int, default=20, help="timed samples per model")
     ap.add_argument("--only", choices=("models", "kernels"), help="run one part only")
     ap.add_argument("--results", type=Path, default=None,
                     help="results file (default: BUNDLE_DIR/results.jsonl)")
+    ap.add_argument("--kernel-timeout", type=float, default=KERNEL_TIMEOUT_S,
+                    metavar="SECONDS",
+                    help="seconds one candidate may take to be checked and timed before "
+                         "it is recorded as timed out and the runner restarts itself "
+                         f"to resume after it (default {KERNEL_TIMEOUT_S:g}; 0: never)")
     args = ap.parse_args(argv)
     manifest = args.bundle / "device.json"
     if not manifest.exists():
@@ -288,6 +366,7 @@ def main(argv=None) -> int:
         _register_cuda_compiler(dev)
     name = getattr(dev, "device_name", None) or bundle["device"]
     results = Results(args.results or args.bundle / "results.jsonl")
+    watchdog = Watchdog(results, args.kernel_timeout, restart)
     if args.only != "kernels":
         for m in bundle["models"]:
             if m["label"] in results.done:
@@ -305,7 +384,7 @@ def main(argv=None) -> int:
             if k["lib"] in results.done:
                 continue
             t0 = time.perf_counter()
-            row = run_kernel(tvm, k, args.bundle, dev, results)
+            row = run_kernel(tvm, k, args.bundle, dev, results, watchdog)
             results.write(row)
             ok = sum(c.get("verified", False) for c in row["candidates"].values())
             best = min([c["median_us"] for c in row["candidates"].values()
@@ -320,4 +399,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(restart=True))
