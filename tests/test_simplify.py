@@ -243,6 +243,52 @@ def test_parallel_matmuls_combine_when_asked(tmp_path):
     assert max_rel_error(load_module(module)(*arrays)[0], want) < FOLD_TOL
 
 
+def _unrolled_rnn(steps=6, k=24, hidden=16):
+    """An RNN exported step by step: ``h = tanh(x_t @ W + h @ U)`` with x_t a Gather of
+    the input sequence; every step's input projection reads the same W."""
+    nodes, h = [], "h0"
+    for t in range(steps):
+        nodes += [_n("Gather", ["x", f"i{t}"], [f"x{t}"], axis=0),
+                  _n("MatMul", [f"x{t}", "W"], [f"a{t}"]),
+                  _n("MatMul", [h, "U"], [f"b{t}"]),
+                  _n("Add", [f"a{t}", f"b{t}"], [f"s{t}"]),
+                  _n("Tanh", [f"s{t}"], [f"h{t + 1}"])]
+        h = f"h{t + 1}"
+    nodes.append(_n("Identity", [h], ["out"]))
+    inits = [_w("W", k, hidden), _w("U", hidden, hidden), _w("h0", 1, hidden)]
+    inits += [numpy_helper.from_array(np.array(t, np.int64), f"i{t}") for t in range(steps)]
+    return _model(nodes, [_vi("x", [steps, 1, k])], [_vi("out", [1, hidden])], inits)
+
+
+def test_shared_weight_matmuls_on_independent_inputs_are_stacked(tmp_path):
+    """The six input projections become one (6, 24) @ (24, 16) matmul; the recurrent
+    ``h @ U`` products, each on the step before, stay apart; outputs match ONNX Runtime,
+    through the plan and build too."""
+    model = _unrolled_rnn()
+    imported = _check(model, exact=False)
+    assert imported.simplified.matmuls_stacked == 5
+    assert "stacked 5 shared-weight matmuls" in imported.simplified.summary()
+    # h0 @ U is folded at import (h0 is a constant): 5 recurrent products are left
+    assert count_ops(imported.mod, "relax.matmul") == 1 + 5
+    unstacked = simplify_model(import_unsimplified(model), stack_matmuls=False)
+    assert count_ops(unstacked.mod, "relax.matmul") == 6 + 5
+    arrays = random_inputs(imported.inputs)
+    (want,) = run_onnxruntime(model, arrays)
+    module = compile_model(imported, "host").export(tmp_path / "m.so")
+    from tvm_fusion import load_module
+    assert max_rel_error(load_module(module)(*arrays)[0], want) < FOLD_TOL
+
+
+def test_a_product_whose_input_needs_another_is_not_stacked_with_it():
+    """``y = (x @ W) @ W``: the second product reads the first, so stacking them would be
+    a cycle; both stay."""
+    nodes = [_n("MatMul", ["x", "W"], ["a"]), _n("MatMul", ["a", "W"], ["out"])]
+    model = _model(nodes, [_vi("x", [2, 8])], [_vi("out", [2, 8])], [_w("W", 8, 8)])
+    imported = _check(model, exact=True)
+    assert imported.simplified.matmuls_stacked == 0
+    assert count_ops(imported.mod, "relax.matmul") == 2
+
+
 # ------------------------------------------------------------------- cse, report, api
 def test_common_subexpressions_merge_and_report_reads_as_a_sentence():
     nodes = [_n("Cast", ["x"], ["c"], to=F),

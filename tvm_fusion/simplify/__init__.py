@@ -36,7 +36,7 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
     model : ImportedModel
         From :func:`tvm_fusion.frontend.import_model` (not simplified yet).
     **options
-        ``transposes``, ``nhwc``, ``affine``, ``combine_matmul`` of
+        ``transposes``, ``nhwc``, ``affine``, ``combine_matmul``, ``stack_matmuls`` of
         :func:`simplify_module`.
 
     Returns

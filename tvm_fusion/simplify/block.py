@@ -113,6 +113,11 @@ class BlockRewriter:
         """The new value of an old expression (a subclass may materialize here)."""
         return self.subst(expr)
 
+    def bindings(self, block: relax.DataflowBlock) -> list:
+        """The bindings to rebuild, in emission order (a subclass may reorder them, or
+        add ``VarBinding`` objects for vars of its own that later bindings read)."""
+        return list(block.bindings)
+
     # -- machinery ----------------------------------------------------------------------
     def run(self) -> tvm.IRModule:
         main = self.mod["main"]
@@ -124,7 +129,7 @@ class BlockRewriter:
         attrs = dict(main.attrs) if main.attrs else None
         with bb.function("main", list(main.params), attrs=attrs):
             with bb.dataflow():
-                for b in block.bindings:
+                for b in self.bindings(block):
                     if isinstance(b, relax.MatchCast):  # keeps its symbolic shape vars
                         self.env[b.var] = bb.match_cast(self.copy(b.value), b.ty, b.var.name)
                         continue

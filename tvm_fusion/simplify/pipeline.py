@@ -12,6 +12,7 @@ from .fold import fold_constants
 from .line_convs import LineConvs
 from .parallel import MatmulCombiner
 from .qdq import QdqIntegerizer
+from .shared_weight import stack_shared_weight_matmuls
 from .report import SimplifyReport
 from .transposes import TransposeSinker, transposed_elements
 
@@ -44,6 +45,7 @@ def _line_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
 
 def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = True,
                     affine: bool = True, combine_matmul: bool = False,
+                    stack_matmuls: bool = True,
                     ) -> tuple[tvm.IRModule, SimplifyReport]:
     """Simplify ``main`` of a Relax module; return the new module and what was done.
 
@@ -64,6 +66,10 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
         (:mod:`.parallel`; TVM's CombineParallelMatmul takes parameter weights only).
         Off by default: whether one wide matmul beats three depends on the target, and
         the planner's cost model is not consulted here.
+    stack_matmuls : bool
+        Stack matmuls that multiply independent inputs by one constant weight (an
+        unrolled RNN's per-step input projections) into one matmul that reads the weight
+        once (:mod:`.shared_weight`).
 
     Returns
     -------
@@ -112,6 +118,9 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
         folder = AffineFolder(mod)
         mod = _cleanup(fold_constants(folder.run()))
         counts["affine_ops_folded"], counts["affine_chains"] = folder.ops, len(folder.chains)
+
+    if stack_matmuls:
+        mod, counts["matmuls_stacked"] = stack_shared_weight_matmuls(mod, _cleanup)
 
     if combine_matmul:
         combiner = MatmulCombiner(mod)

@@ -31,6 +31,9 @@ class SimplifyReport:
         biases, and the number of conv/matmul ops that took them.
     matmuls_combined : int
         Matmuls merged away by CombineParallelMatmul (only when enabled).
+    matmuls_stacked : int
+        Matmuls of one constant weight on independent inputs (an unrolled RNN's input
+        projections) merged away into one matmul of the stacked inputs.
     common_subexprs : int
         Duplicate operator calls removed by common subexpression elimination.
     dead_ops : int
@@ -53,6 +56,7 @@ class SimplifyReport:
     affine_ops_folded: int = 0
     affine_chains: int = 0
     matmuls_combined: int = 0
+    matmuls_stacked: int = 0
     common_subexprs: int = 0
     dead_ops: int = 0
     constants_folded: int = 0
@@ -66,7 +70,7 @@ class SimplifyReport:
             self.identity_casts, self.round_trip_casts, self.transpose_pairs, self.nhwc_ops,
             self.line_convs,
             self.batch_norms_folded, self.affine_ops_folded, self.matmuls_combined,
-            self.int8_gemms, self.transposes_before != self.transposes_after))
+            self.matmuls_stacked, self.int8_gemms, self.transposes_before != self.transposes_after))
 
     def summary(self) -> str:
         """One line, e.g. ``simplified 620 -> 180 ops: removed 298 identity casts, ...``."""
@@ -92,6 +96,9 @@ class SimplifyReport:
                          "chains) into conv/matmul weights")
         if self.matmuls_combined:
             parts.append(f"combined {self.matmuls_combined} parallel matmuls")
+        if self.matmuls_stacked:
+            parts.append(f"stacked {self.matmuls_stacked} shared-weight matmuls on "
+                         "independent inputs into one")
         if self.common_subexprs:
             parts.append(f"merged {self.common_subexprs} common subexpressions")
         if self.dead_ops:
