@@ -65,8 +65,18 @@ def test_cpu_flops_run_at_the_share_of_peak_a_tuned_kernel_reaches(graph):
     # the depthwise conv reduces over its 3x3 window only; W = 24 fills the 16 lanes
     assert cm.group_cost([dw.id]).compute_us == pytest.approx(
         dw.flops / (peak * eff.depthwise) * 1e6)
+    # the 3x3 conv runs in NCHW (TOPI's conv2d_nchw): its share is conv_nchw
     assert cm.group_cost([conv.id]).compute_us == pytest.approx(
-        conv.flops / (peak * eff.gemm) * 1e6)
+        conv.flops / (peak * eff.nchw_conv) * 1e6)
+    no_nchw = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2))
+    assert AnalyticalCostModel(graph, no_nchw).group_cost([conv.id]).compute_us == \
+        pytest.approx(conv.flops / (peak * 0.5) * 1e6)  # not fitted: the gemm share
+    nchw = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2,
+                                                 conv_nchw=0.25))
+    assert AnalyticalCostModel(graph, nchw).group_cost([conv.id]).compute_us == \
+        pytest.approx(conv.flops / (peak * 0.25) * 1e6)
+    assert AnalyticalCostModel(graph, nchw).group_cost([mm.id]).compute_us == \
+        pytest.approx(mm.flops / (peak * 0.5) * 1e6)
     # the shares of the target file, where it has them; every share 1 is the peak model
     ones = with_cpu_efficiency(hw, CpuEfficiency(gemm=1, depthwise=1, vector=1,
                                                  accumulators=1))
@@ -98,7 +108,7 @@ def test_cpu_efficiency_in_a_target_file_round_trips_and_bad_values_name_the_key
     with pytest.raises(TargetError, match=r"cpu_efficiency.gemm' must be a number in \(0, 1\]"):
         targets.target_from_dict(doc)
     del doc["cpu_efficiency"]["value"]["gemm"]
-    with pytest.raises(TargetError, match="exactly the keys gemm, depthwise, vector"):
+    with pytest.raises(TargetError, match="with the keys gemm, depthwise, vector, accumulators"):
         targets.target_from_dict(doc)
 
 
@@ -108,7 +118,7 @@ def test_the_fit_recovers_the_shares_that_made_the_times(graph):
     import dataclasses
     hw = dataclasses.replace(tf.load_target("x86_zen4"), dram_bandwidth_gbs=1e4,
                              cache_bandwidth_gbs=1e5)
-    truth = CpuEfficiency(gemm=0.4, depthwise=0.2, vector=0.05)
+    truth = CpuEfficiency(gemm=0.4, depthwise=0.2, vector=0.05, conv_nchw=0.25)
     cm = AnalyticalCostModel(graph, with_cpu_efficiency(hw, truth))
     base = AnalyticalCostModel(graph, hw)
     groups = [[n.id] for n in graph.nodes] + [[_node(graph, "conv2d", 1).id, graph.nodes[-1].id]]
@@ -116,7 +126,7 @@ def test_the_fit_recovers_the_shares_that_made_the_times(graph):
                          meas_us=cm.group_cost(g).total_us - vm_call_us(hw))
             for g in groups]
     fit = fit_cpu_efficiency(efficiency_terms(recs))
-    for key in ("gemm", "depthwise", "vector"):  # the grid's step is 3.4%
+    for key in ("gemm", "depthwise", "vector", "conv_nchw"):  # the grid's step is 3.4%
         assert getattr(fit, key) == pytest.approx(getattr(truth, key), rel=0.04), key
 
 
@@ -127,7 +137,9 @@ def test_calibrate_fits_the_shares_from_logs_without_probing(tmp_path, capsys):
                         "--name", "zen4_fit", "-o", str(out)]) == 0
     assert "cpu_efficiency: gemm" in capsys.readouterr().out
     hw = tf.load_target(out)
-    assert set(hw.cpu_efficiency) == {"gemm", "depthwise", "vector", "accumulators"}
+    # the embedded model's convs run in NCHW: their share is fitted too
+    assert set(hw.cpu_efficiency) == {"gemm", "depthwise", "vector", "accumulators",
+                                      "conv_nchw"}
     assert "fitted by `tvm-fusion calibrate --logs`" in hw.sources["cpu_efficiency"]
     assert "embedded" in hw.sources["cpu_efficiency"]
     assert json.loads(out.read_text())["launch_overhead_us"] == \

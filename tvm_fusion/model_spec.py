@@ -17,7 +17,7 @@ from .simplify import import_model
 
 
 def load_model_spec(spec: str, shapes: list[str] | None = None,
-                    consts: list[str] | None = None, *, simplify: bool = True
+                    consts: list[str] | None = None, *, simplify=True
                     ) -> ImportedModel:
     """Import the model a user names: an ``.onnx`` file, ``embedded`` or a zoo name.
 
@@ -29,8 +29,9 @@ def load_model_spec(spec: str, shapes: list[str] | None = None,
         ``NAME=D1,D2,...`` input shapes (``--shape``), over a zoo model's defaults.
     consts : list of str, optional
         ``NAME=VALUE`` inputs fixed as constants (``--const``).
-    simplify : bool
-        Simplify the graph after import (``--no-simplify``: False).
+    simplify : bool or mapping
+        Simplify the graph after import (``--no-simplify``: False); a mapping: with
+        those options of :func:`~tvm_fusion.simplify.simplify_module`.
 
     Raises
     ------

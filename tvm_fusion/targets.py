@@ -45,6 +45,8 @@ OPTIONAL_FLOAT_FIELDS = ("call_overhead_us", "cache_bandwidth_gbs")
 # tvm_fusion.plan.cpu_efficiency reads them; `tvm-fusion calibrate --logs` fits them.
 # gemm, depthwise, vector in (0, 1]; accumulators >= 1.
 CPU_EFFICIENCY_KEYS = ("gemm", "depthwise", "vector", "accumulators")
+# and optionally conv_nchw (a conv vectorized along W in NCHW; absent: the gemm share)
+CPU_EFFICIENCY_OPTIONAL = ("conv_nchw",)
 OPTIONAL_MAPPING_FIELDS = ("cpu_efficiency",)
 PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
 # What a calibration measures or fits (`tvm-fusion calibrate`): the cost model's view of the
@@ -386,11 +388,13 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
 def _cpu_efficiency(val: Any, origin: str) -> dict[str, float]:
     """Validate a ``cpu_efficiency`` value (see CPU_EFFICIENCY_KEYS)."""
     want = ", ".join(CPU_EFFICIENCY_KEYS)
-    if not isinstance(val, dict) or set(val) != set(CPU_EFFICIENCY_KEYS):
-        raise TargetError(f"{origin}: 'cpu_efficiency' value must be an object with exactly "
-                          f"the keys {want}, got {val!r}")
+    if not isinstance(val, dict) or not set(CPU_EFFICIENCY_KEYS) <= set(val) or \
+            not set(val) <= set(CPU_EFFICIENCY_KEYS + CPU_EFFICIENCY_OPTIONAL):
+        raise TargetError(f"{origin}: 'cpu_efficiency' value must be an object with the keys "
+                          f"{want} (and optionally {', '.join(CPU_EFFICIENCY_OPTIONAL)}), "
+                          f"got {val!r}")
     out = {}
-    for key in CPU_EFFICIENCY_KEYS:
+    for key in (k for k in CPU_EFFICIENCY_KEYS + CPU_EFFICIENCY_OPTIONAL if k in val):
         v = val[key]
         top = None if key == "accumulators" else 1.0
         if (isinstance(v, bool) or not isinstance(v, (int, float))

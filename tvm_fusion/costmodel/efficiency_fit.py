@@ -1,15 +1,16 @@
 """Fit the CPU compute term's efficiencies (:mod:`tvm_fusion.plan.cpu_efficiency`) to
 measured tuned kernels.
 
-A group's compute time is linear in the reciprocals of the three shares:
-``compute = c_gemm / gemm + c_depthwise / depthwise + c_vector / vector`` (``c_*``: its
-FLOPs of each kind at peak, after lane and accumulator use). :func:`efficiency_terms`
-reads the ``c_*`` of every record from the analytical model itself (four evaluations
+A group's compute time is linear in the reciprocals of the four shares:
+``compute = c_gemm / gemm + c_depthwise / depthwise + c_vector / vector + c_conv_nchw /
+conv_nchw`` (``c_*``: its FLOPs of each kind at peak, after lane and accumulator use).
+:func:`efficiency_terms` reads the ``c_*`` of every record from the analytical model
+itself (five evaluations
 of the group, so recomputed FLOPs and every rule count as the planner counts them), and
 the kernel's time as the runner measures it is then
 ``max(compute, memory) / parallel_fraction + launch - VM call``, as in
 :mod:`tvm_fusion.plan.cost`. :func:`fit_cpu_efficiency` picks the shares that minimize
-the mean absolute log error over the records (coordinate descent on a log grid: three
+the mean absolute log error over the records (coordinate descent on a log grid: four
 numbers, no optimizer dependency). ``tvm-fusion calibrate --logs DIR`` writes them into
 a target file; ``benchmarks/group_model.py`` scores them leave-one-model-out.
 """
@@ -26,7 +27,7 @@ from ..plan import AnalyticalCostModel
 from ..plan.cpu_efficiency import CpuEfficiency
 from .group_data import KernelRecord, vm_call_us
 
-SHARES = ("gemm", "depthwise", "vector")
+SHARES = ("gemm", "depthwise", "vector", "conv_nchw")
 _GRID = np.exp(np.linspace(np.log(0.005), 0.0, 161))  # candidate shares, 0.5% .. 100%
 ROUNDS = 6
 
@@ -45,7 +46,7 @@ class EfficiencyTerms:
     """Per record: FLOP time at peak by kind (us), memory and launch us, parallel
     fraction, VM call us and the measured us."""
 
-    c: np.ndarray          # (records, 3): c_gemm, c_depthwise, c_vector
+    c: np.ndarray          # (records, 4): c_gemm, c_depthwise, c_vector, c_conv_nchw
     memory: np.ndarray
     frac: np.ndarray
     launch: np.ndarray
@@ -54,7 +55,8 @@ class EfficiencyTerms:
 
     def predict(self, eff: CpuEfficiency) -> np.ndarray:
         """Kernel-alone times (us) the analytical model gives with ``eff``."""
-        shares = np.array([getattr(eff, k) for k in SHARES])
+        shares = np.array([eff.nchw_conv if k == "conv_nchw" else getattr(eff, k)
+                           for k in SHARES])
         return self._predict(shares)
 
     def _predict(self, shares: np.ndarray) -> np.ndarray:
@@ -72,7 +74,9 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
         if hw.family != "cpu":
             continue
         models = []
-        for shares in ((1, 1, 1), (0.5, 1, 1), (1, 0.5, 1), (1, 1, 0.5)):
+        for shares in [(1,) * len(SHARES)] + [tuple(0.5 if j == k else 1 for j in
+                                                   range(len(SHARES)))
+                                             for k in range(len(SHARES))]:
             eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators)
             models.append(AnalyticalCostModel(r.cost_model.graph, with_cpu_efficiency(hw, eff),
                                               r.cost_model.infos).group_cost(r.nodes))
@@ -93,7 +97,8 @@ def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
     """The shares minimizing the mean |log(predicted / measured)| over ``terms``.
 
     A kind no record has (no depthwise conv) keeps share 1 divided into nothing: its
-    value is left at the median of the others' (it does not change any prediction).
+    value is left at the median of the others' (it does not change any prediction);
+    ``conv_nchw`` is left out (None: such convs take the ``gemm`` share).
     """
     log_meas = np.log(terms.meas)
     shares = np.full(len(SHARES), 0.3)
@@ -109,5 +114,7 @@ def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
             shares[k] = _GRID[int(np.argmin([loss(t) for t in trial]))]
     if present.any() and not present.all():
         shares[~present] = float(np.median(shares[present]))
-    return CpuEfficiency(**{k: float(v) for k, v in zip(SHARES, shares)},
-                         accumulators=accumulators, source=source)
+    fitted = {k: float(v) for k, v in zip(SHARES, shares)}
+    if not present[SHARES.index("conv_nchw")]:
+        fitted["conv_nchw"] = None  # no NCHW conv measured: such convs take the gemm share
+    return CpuEfficiency(**fitted, accumulators=accumulators, source=source)

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..graph import OpGraph
-from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
+from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise, is_nchw_conv
 from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak, is_int8, reaches_int8_unit
 from .gpu_resources import (GEMM_SCHEDULES, GPU_REGISTER_TOLERANCE, GpuResources,  # noqa: F401
@@ -296,9 +296,10 @@ class AnalyticalCostModel:
                 self._eff[nid] = eff.vector
             else:
                 lanes = max(int(self.hw.vector_width_bits) // tvm_bits(node.dtype), 1)
+                depthwise = is_depthwise(self.graph, node, info)
                 self._eff[nid] = contraction_efficiency(
-                    self.hw, eff, node, info, lanes=lanes,
-                    depthwise=is_depthwise(self.graph, node, info))
+                    self.hw, eff, node, info, lanes=lanes, depthwise=depthwise,
+                    nchw=not depthwise and is_nchw_conv(self.graph, node))
         return self._eff[nid]
 
     def transcendental(self, nid: int) -> float:

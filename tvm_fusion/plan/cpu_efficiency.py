@@ -15,6 +15,13 @@ a number that far off. On CPUs an op's FLOPs now run at
     independent FMAs the pipes need in flight (``accumulators``: FMA latency x FMA pipes,
     4 x 2 on the AVX-512 cores here). Small outputs (an SE block's 1x1 conv on 1 x 1
     pixels, a GEMV) cannot fill the pipes.
+``conv_nchw`` in place of ``gemm`` for a conv in NCHW (TVM's ``conv2d_nchw`` block, and
+    grouped ones not depthwise): its vectors run along the output's W, and its register
+    tile reuses an input vector across output channels but reloads it, shifted, for each
+    window column. Rule-default builds of six models of the corpus ran 1.0-1.8x slower
+    in NCHW than in NCHW16c on the same convs, and tuned at 4 trials per kernel 1.3x
+    (captcha-crnn; benchmarks/RESULTS.md run 20), which the lane utilisation (1 at W a
+    multiple of 16) did not see. A target file without it uses ``gemm``.
 ``depthwise`` for a conv that reduces over its window only (weight ``[.., 1, kh, kw]``
     per group: ``reduce_len == kh * kw``): no input vector is reused across output
     channels, so loads, not FMAs, bound it.
@@ -33,7 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..targets import CPU_EFFICIENCY_KEYS
+from ..targets import CPU_EFFICIENCY_KEYS, CPU_EFFICIENCY_OPTIONAL
+from .op_info import _blocks
 
 OPERAND_REGISTERS = 4  # vector registers a register tile keeps for A, B and addresses
 
@@ -57,10 +65,19 @@ class CpuEfficiency:
     vector: float
     accumulators: float = 8.0
     source: str = ""
+    conv_nchw: float | None = None  # None: ``gemm``
+
+    @property
+    def nchw_conv(self) -> float:
+        """The share of a conv vectorized along W in NCHW (``gemm`` when not fitted)."""
+        return self.gemm if self.conv_nchw is None else self.conv_nchw
 
     def to_json(self) -> dict[str, float]:
         """The values as a target file's ``cpu_efficiency`` holds them."""
-        return {k: round(float(getattr(self, k)), 4) for k in CPU_EFFICIENCY_KEYS}
+        out = {k: round(float(getattr(self, k)), 4) for k in CPU_EFFICIENCY_KEYS}
+        out.update({k: round(float(getattr(self, k)), 4) for k in CPU_EFFICIENCY_OPTIONAL
+                    if getattr(self, k) is not None})
+        return out
 
 
 # Fitted by costmodel.efficiency_fit (mean |log error|) on 198 tuned kernels of five
@@ -68,8 +85,10 @@ class CpuEfficiency:
 # trials per kernel on 2 cores of an Intel Xeon (Emerald Rapids) as `host`, 2026-12-01:
 # `tvm-fusion calibrate --target host --no-probe --logs DIR...` (median error 1.80x on
 # them); benchmarks/group_model.py scores the fit leave-one-model-out.
+# conv_nchw: gemm x 0.793, the ratio of the two on the Zen 4 (x86_zen4.json), where NCHW
+# convs were fitted apart from the rest.
 DEFAULT_CPU_EFFICIENCY = CpuEfficiency(
-    gemm=0.2749, depthwise=0.2489, vector=0.0707, accumulators=8.0,
+    gemm=0.2749, depthwise=0.2489, vector=0.0707, accumulators=8.0, conv_nchw=0.218,
     source="default: fitted on 198 kernels tuned at 8 trials per kernel on a 2-core "
            "Emerald Rapids (tvm_fusion/plan/cpu_efficiency.py)")
 
@@ -79,7 +98,8 @@ def cpu_efficiency(hw) -> CpuEfficiency:
     vals = getattr(hw, "cpu_efficiency", None)
     if not vals:
         return DEFAULT_CPU_EFFICIENCY
-    return CpuEfficiency(**{k: float(vals[k]) for k in CPU_EFFICIENCY_KEYS},
+    return CpuEfficiency(**{k: float(vals[k]) for k in CPU_EFFICIENCY_KEYS
+                            + CPU_EFFICIENCY_OPTIONAL if k in vals},
                          source=hw.sources.get("cpu_efficiency", hw.name))
 
 
@@ -97,12 +117,29 @@ def is_depthwise(graph, node, info) -> bool:
 
 
 def contraction_efficiency(hw, eff: CpuEfficiency, node, info, *, depthwise: bool,
-                           lanes: int) -> float:
-    """Share of peak (before lane utilisation) a tuned contraction reaches on a CPU."""
+                           lanes: int, nchw: bool = False) -> float:
+    """Share of peak (before lane utilisation) a tuned contraction reaches on a CPU;
+    ``nchw``: a conv in NCHW (:func:`is_nchw_conv`)."""
     if depthwise:
         return eff.depthwise
     n = max(int(node.shape[-1]), 1) if node.shape else 1
     m = max(info.out_elems // n, 1)
     regs = max(int(hw.registers_per_unit) - OPERAND_REGISTERS, 1)
     acc = min(m * math.ceil(n / max(lanes, 1)), regs)
-    return eff.gemm * min(1.0, acc / max(eff.accumulators, 1.0))
+    share = eff.nchw_conv if nchw else eff.gemm
+    return share * min(1.0, acc / max(eff.accumulators, 1.0))
+
+
+_NCHW_CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw")  # topi's compute names
+
+
+def is_nchw_conv(graph, node) -> bool:
+    """Whether a contraction is a conv in NCHW: its PrimFunc computes TOPI's
+    ``conv2d_nchw`` or ``group_conv2d_nchw`` block (NCHW{c}c and NHWC convs do not)."""
+    if "conv" not in node.op or node.library:
+        return False
+    try:
+        blocks, _ = _blocks(graph.mod[node.op])
+    except (KeyError, ValueError, AttributeError, RuntimeError):  # not a PrimFunc here
+        return False
+    return any(b.name_hint in _NCHW_CONV_BLOCKS for b in blocks)

@@ -25,6 +25,7 @@ from ..errors import PlanError
 from ..graph import OpGraph, build_graph
 from ..graph.layout import NCHW, block_of, convert_layout, count_blocked_convs
 from .cost import AnalyticalCostModel
+from .cost_planner import TIE_FLOOR_US, TIE_FRACTION
 from .fusion_plan import FusionPlan
 
 LAYOUTS = ("auto", "nchw", "nchwc")
@@ -144,17 +145,22 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto",
         return base_graph, dataclasses.replace(base, layout_reason=(
             f"no conv2d with channels divisible by {block_of(name)}: NCHW"))
     count, nbytes, t_us = _transform_terms(graph, hw)
-    gain = _conv_compute_us(base_graph, hw) - _conv_compute_us(graph, hw)
+    nchw_convs_us = _conv_compute_us(base_graph, hw)
+    gain = nchw_convs_us - _conv_compute_us(graph, hw)
     # a transform fused into a neighbour is an index remap there, priced at nothing more
     alone = sum(len(g.nodes) == 1 and "layout_transform" in graph.nodes[g.nodes[0]].op
                 for g in plan.groups)
     terms = (f"{k} of {total} convs blocked; conv compute {gain:+.2f} us saved by lane "
-             f"utilisation; {count} layout transforms moving {nbytes / 1024:.1f} KB, "
-             f"{count - alone} of them fused into neighbouring kernels "
-             f"({t_us:.1f} us if each were a kernel of its own)")
-    if plan.est_us == base.est_us:
-        terms += "; a tie keeps NCHW"
-    if plan.est_us < base.est_us:
+             f"utilisation and the NCHW conv share; {count} layout transforms moving "
+             f"{nbytes / 1024:.1f} KB, {count - alone} of them fused into neighbouring "
+             f"kernels ({t_us:.1f} us if each were a kernel of its own)")
+    # within the model's error on the convs and transforms it moves: the simpler layout
+    margin = TIE_FRACTION * (nchw_convs_us + t_us) + TIE_FLOOR_US
+    tie = abs(base.est_us - plan.est_us) <= margin
+    if tie:
+        terms += (f"; a difference within the model's error ({margin:.1f} us) is a tie, "
+                  "which keeps NCHW")
+    if plan.est_us < base.est_us and not tie:
         return graph, dataclasses.replace(plan, layout=name, layout_reason=(
             f"predicted {plan.est_us:.1f} us against {base.est_us:.1f} us in NCHW "
             f"({terms})"))

@@ -56,6 +56,8 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
         tag = f"{model.model_hash}:simplify-v{SIMPLIFY_VERSION}:{opts}"
         if report.line_convs:  # a later rewrite: only the models it changed get a new hash
             tag += f":line-convs-{report.line_convs}"
+        if report.matmuls_stacked:  # likewise
+            tag += f":stacked-{report.matmuls_stacked}"
         digest = hashlib.sha256(tag.encode()).hexdigest()
     return dataclasses.replace(model, mod=mod, model_hash=digest, simplified=report,
                                unsimplified=model)
@@ -63,16 +65,17 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
 
 def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None = None, *,
                  name: str | None = None, consts: Mapping | None = None,
-                 simplify: bool = True) -> ImportedModel:
+                 simplify: bool | Mapping[str, bool] = True) -> ImportedModel:
     """Import an ONNX model into Relax and simplify its graph.
 
     Parameters
     ----------
     model, shapes, name, consts :
         As :func:`tvm_fusion.frontend.import_model`.
-    simplify : bool
+    simplify : bool or mapping
         Run graph simplification (default). False keeps the module as converted, e.g.
-        to compare before and after, or to deploy logs tuned before simplification.
+        to compare before and after, or to deploy logs tuned before simplification; a
+        mapping runs it with those options of :func:`simplify_module`.
 
     Returns
     -------
@@ -85,7 +88,9 @@ def import_model(model: ModelSource, shapes: Mapping[str, Sequence[int]] | None 
         As :func:`tvm_fusion.frontend.import_model`.
     """
     raw = _import_raw(model, shapes, name=name, consts=consts)
-    return simplify_model(raw) if simplify else raw
+    if not simplify:
+        return raw
+    return simplify_model(raw, **(simplify if isinstance(simplify, Mapping) else {}))
 
 
 __all__ = ["SIMPLIFY_VERSION", "SimplifyReport", "import_model", "simplify_model",
