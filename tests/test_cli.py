@@ -41,11 +41,14 @@ def test_targets_lists_gpus_cpus_and_host():
 
 
 def test_plan_writes_json(tmp_path):
-    out = cli("plan", "embedded", "--planner", "fuseops", "--json", tmp_path / "f.json").stdout
+    # in NCHW (auto blocks its second conv on this CPU, which adds a layout transform)
+    out = cli("plan", "embedded", "--planner", "fuseops", "--layout", "nchw",
+              "--json", tmp_path / "f.json").stdout
     assert "fused_conv2d" in out and "7 kernels" in out
     doc = json.loads((tmp_path / "f.json").read_text())
     assert doc["schema"] == "tvm-fusion/plan" and len(doc["groups"]) == 7
-    out = cli("plan", "embedded", "--json", tmp_path / "c.json").stdout  # cost planner
+    out = cli("plan", "embedded", "--layout", "nchw",
+              "--json", tmp_path / "c.json").stdout  # cost planner
     cost = json.loads((tmp_path / "c.json").read_text())
     # on this CPU the cost plan keeps FuseOps' 7 kernels: softmax and the mean would
     # only save a VM call by joining their GEMM/conv, whose results stay in cache
