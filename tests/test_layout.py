@@ -169,3 +169,36 @@ def test_a_model_convertlayout_cannot_take_plans_in_nchw_and_forcing_it_says_why
     assert plan.layout == "NCHW" and "ConvertLayout" in plan.layout_reason
     with pytest.raises(PlanError, match="--layout auto or nchw"):
         plan_model(model.mod, "x86_avx512", layout="nchwc")
+
+
+def test_nchw_convs_pay_their_own_share_so_full_lanes_still_block():
+    """Two 3x3 convs, 32 channels at 32 x 32: W fills the 16 lanes in NCHW too, so lane
+    utilisation alone saw a tie (and kept NCHW). x86_zen4's fitted ``conv_nchw`` share
+    (below its gemm share: an NCHW conv vectorizes along W) blocks them; the same target
+    without that share keeps NCHW."""
+    import dataclasses
+
+    from onnx import helper
+
+    import tvm_fusion as tf
+    from tvm_fusion.costmodel.efficiency_fit import with_cpu_efficiency
+    from tvm_fusion.plan.cpu_efficiency import cpu_efficiency
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [oc.const(n, rng.standard_normal((32, 32, 3, 3))) for n in ("w1", "w2")]
+    proto = oc.make("convs", nodes, [helper.make_tensor_value_info("x", 1, [1, 32, 32, 32])],
+                    [helper.make_tensor_value_info("y", 1, [1, 32, 32, 32])], inits)
+    model = import_model(proto)
+    zen4 = tf.load_target("x86_zen4")
+    eff = cpu_efficiency(zen4)
+    assert eff.conv_nchw is not None and eff.conv_nchw < eff.gemm
+    _, plan = plan_model(model.mod, zen4)
+    assert plan.layout == "NCHW16c", plan.layout_reason
+    assert "the NCHW conv share" in plan.layout_reason
+    same = with_cpu_efficiency(zen4, dataclasses.replace(eff, conv_nchw=None))
+    _, plan = plan_model(model.mod, same)
+    assert plan.layout == "NCHW", plan.layout_reason
+    assert "conv compute +0.00 us saved" in plan.layout_reason  # the transforms decide

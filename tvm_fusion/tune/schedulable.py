@@ -21,6 +21,7 @@ from ..graph import OpGraph
 from ..plan import FusionPlan, apply_plan, describe_plan, plan_from_groups
 from ..plan.baseline import fuseops_groups
 from .fast_import import import_tensor_intrinsics
+from .ms_compat import schedule_pools_like_reductions
 from .prepack import mark_layout_free
 
 
@@ -58,6 +59,7 @@ def unschedulable_groups(fused: tvm.IRModule, plan: FusionPlan, target) -> dict[
     Structurally equal kernels (the same layer repeated) are checked once.
     """
     import_tensor_intrinsics()
+    schedule_pools_like_reductions()  # a fused pool: else ApplyCustomRule warns per check
     seen: dict[int, str | None] = {}
     bad = {}
     for g in plan.groups:
