@@ -126,3 +126,34 @@ def test_a_kernel_that_hangs_is_killed_by_the_runner_and_logged(tmp_path):
     (row,) = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     assert row["task"] == "hang" and row["timed_out"] is True
     assert "killed after 1.0 seconds" in row["error"] and "--run-timeout" in row["error"]
+
+
+def test_with_no_record_a_candidate_no_faster_than_the_default_makes_the_default_the_record(
+        tmp_path):
+    """A task with no record whose best candidate of a batch the verifier times no faster
+    than the default loops: the default is committed as the record (its run_secs the
+    candidate's, scaled by the side-by-side ratio), so compile deploys what measured
+    fastest, not a cost-model pick; a later batch must beat it."""
+    from tvm_fusion.tune.progress import Progress
+
+    target = tf.load_target("host").tvm_target()
+    workload = _workload()
+    entry = {"trials": 0, "plan": {"hash": "p"}}
+    task = SimpleNamespace(dispatched=[workload], task_name="sigmoid", weight=1)
+    st = TuneState(tasks=[task], target=target, accepted=open_database(tmp_path, create=True),
+                   tdir=tmp_path, progress=Progress(1, enabled=False),
+                   manifest={"models": {"m": entry}}, entry=entry)
+    st.verifier = _GivenTimings(record_us=400.0, default_us=200.0)
+    sch = tvm.s_tir.Schedule(workload)
+    _, j = sch.get_loops(sch.get_sblock("y"))
+    sch.vectorize(sch.split(j, [None, 16])[1])
+    cand = ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(workload["main"]))
+    result = SimpleNamespace(error_msg=None, run_secs=[500e-6, 510e-6, 490e-6])
+    st.on_batch(None, 0, [cand], [result])
+    assert st.defaults_kept == 1 and st.best[0] == pytest.approx(250.0)  # 500 x 200/400
+    assert tvm_ffi.structural_equal(_deployed(st), tvm.s_tir.Schedule(workload).mod)
+    # a later candidate the runner times slower than that record is not even checked
+    st.verifier.checked.clear()
+    slower = SimpleNamespace(error_msg=None, run_secs=[300e-6] * 3)
+    st.on_batch(None, 0, [cand], [slower])
+    assert st.verifier.checked == [] and st.defaults_kept == 1

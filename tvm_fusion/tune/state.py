@@ -128,17 +128,38 @@ class TuneState:
         if verdict.outcome is not Outcome.NOT_FASTER or \
                 not verdict.default_us < verdict.candidate_us:
             return False
+        self._commit_default(i, top[0].run_secs, verdict, top[0].args_info)
+        self.incumbents.pop(i, None)  # the default now: a near-tie compares with best
+        return True
+
+    def keep_default(self, i: int, verdict: Verdict, secs: list[float], args_info) -> bool:
+        """Task ``i`` has no record and its best candidate so far was verified no faster
+        than the default loops: commit the default as its record, so that ``compile``
+        deploys the schedule measured fastest instead of a cost-model pick no device ran
+        (PLCMOS' layout_transform + max pool kept no record at 4 trials, and the pick
+        compile made in its place ran 52 us alone against 3 us predicted). Only where
+        the default is the kernel's own loops. Returns whether it was committed."""
+        workload = self.tasks[i].dispatched[0]
+        if self.best[i] is not None or not verdict.default_us or not verdict.candidate_us \
+                or default_schedule(workload, self.target) is not workload:
+            return False
+        self._commit_default(i, secs, verdict, args_info)
+        self.entry.get("predicted", {}).pop(self.tasks[i].task_name, None)  # measured now
+        return True
+
+    def _commit_default(self, i: int, secs, verdict: Verdict, args_info) -> None:
+        """Commit the no-op trace (the default loops) as task ``i``'s record, its
+        ``run_secs`` the runner's ``secs`` of the candidate scaled by the side-by-side
+        ratio of the verifier's timings, so records stay comparable."""
         ratio = verdict.default_us / verdict.candidate_us
-        secs = [float(s) * ratio for s in top[0].run_secs]
-        sch = tvm.s_tir.Schedule(workload)
+        scaled = [float(s) * ratio for s in secs]
+        sch = tvm.s_tir.Schedule(self.tasks[i].dispatched[0])
         sch.get_sblock("root")  # a no-op: MetaSchedule's databases skip empty traces
         self.accepted.commit_tuning_record(ms.database.TuningRecord(
             trace=sch.trace, workload=self.workloads[i],
-            run_secs=secs, target=self.target, args_info=top[0].args_info))
-        self.best[i] = median_us(secs)
-        self.incumbents.pop(i, None)  # the default now: a near-tie compares with best
+            run_secs=scaled, target=self.target, args_info=args_info))
+        self.best[i] = median_us(scaled)
         self.defaults_kept += 1
-        return True
 
     def latency_us(self, i: int) -> float | None:
         """Best verified latency, else the default schedule's (timed once, cached)."""
@@ -221,6 +242,8 @@ class TuneState:
             if outcome is Outcome.NOT_FASTER:
                 if best is not None:  # faster than the record by the runner, not the default
                     self.recheck_record(task_id)
+                else:  # nothing measured beat the default: it is the record
+                    self.keep_default(task_id, verdict, secs, cand.args_info)
                 break  # the default stays; the rest of this batch measured slower still
         add_trials(self.tdir, self.manifest, self.entry, len(candidates))  # locked, shared
         have = sum(b is not None for b in self.best)
