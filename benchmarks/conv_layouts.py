@@ -29,9 +29,9 @@ import numpy as np
 ROUNDS = 5
 
 
-def _conv_kernels(model, hw, tvm_target, layout: str) -> list[tuple[int, object, str]]:
-    """(index of its anchor conv among the graph's convs, task, kernel name) per fused
-    conv kernel of the plan in ``layout``."""
+def _conv_kernels(model, hw, tvm_target, layout: str) -> list[tuple]:
+    """(index of its anchor conv among the graph's convs, task, kernel name, anchor
+    node) per fused conv kernel of the plan in ``layout``."""
     from tvm_fusion.plan import plan_model
     from tvm_fusion.tune.schedulable import make_schedulable
 

@@ -19,6 +19,7 @@ which resumes after it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -218,42 +219,37 @@ class Watchdog:
     def __init__(self, results: Results, timeout_s: float | None, restart: bool):
         self.results, self.timeout_s = results, timeout_s
         self.armed = restart and bool(timeout_s)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the candidate's end and the timer: one wins
 
+    @contextlib.contextmanager
     def guard(self, lib: str, name: str, task: str):
-        return _Guard(self, lib, name, task)
+        """Run the body of the ``with`` under the timer for candidate ``name``."""
+        if not self.armed:
+            yield
+            return
+        over = threading.Event()
 
-    def fire(self, guard) -> None:
-        with self._lock:  # the candidate's own end takes it too: one of the two wins
-            if guard.over:
-                return
-            self.results.write({"kind": "timeout", "lib": guard.lib, "name": guard.name,
-                                "timeout_s": self.timeout_s})
-            print(f"{guard.task}: {guard.name} still running after {self.timeout_s:g} s "
-                  "(--kernel-timeout); recorded as timed out, restarting in a fresh "
-                  "process to resume", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os.execv(sys.executable, sys.orig_argv)
+        def fire():
+            with self._lock:
+                if over.is_set():
+                    return
+                self.results.write({"kind": "timeout", "lib": lib, "name": name,
+                                    "timeout_s": self.timeout_s})
+                print(f"{task}: {name} still running after {self.timeout_s:g} s "
+                      "(--kernel-timeout); recorded as timed out, restarting in a fresh "
+                      "process to resume", file=sys.stderr, flush=True)
+                sys.stdout.flush()
+                os.execv(sys.executable, sys.orig_argv)
 
-
-class _Guard:
-    def __init__(self, dog: Watchdog, lib: str, name: str, task: str):
-        self.dog, self.lib, self.name, self.task = dog, lib, name, task
-        self.over, self.timer = False, None
-
-    def __enter__(self):
-        if self.dog.armed:
-            self.timer = threading.Timer(self.dog.timeout_s, self.dog.fire, (self,))
-            self.timer.daemon = True
-            self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.timer is not None:
-            with self.dog._lock:
-                self.over = True
-                self.timer.cancel()
-        return False
+        timer = threading.Timer(self.timeout_s, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                over.set()
+                timer.cancel()
 
 
 def _check_candidate(tvm, lib, name: str, dev, host: dict, want: dict,

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..graph import OpGraph
-from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise, is_nchw_conv
+from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
 from .int8 import int8_peak, is_int8, reaches_int8_unit
 from .gpu_resources import (GEMM_SCHEDULES, GPU_REGISTER_TOLERANCE, GpuResources,  # noqa: F401
@@ -299,7 +299,7 @@ class AnalyticalCostModel:
                 depthwise = is_depthwise(self.graph, node, info)
                 self._eff[nid] = contraction_efficiency(
                     self.hw, eff, node, info, lanes=lanes, depthwise=depthwise,
-                    nchw=not depthwise and is_nchw_conv(self.graph, node))
+                    nchw=not depthwise and info.nchw_conv)
         return self._eff[nid]
 
     def transcendental(self, nid: int) -> float:

@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass
 
 from ..targets import CPU_EFFICIENCY_KEYS, CPU_EFFICIENCY_OPTIONAL
-from .op_info import _blocks
 
 OPERAND_REGISTERS = 4  # vector registers a register tile keeps for A, B and addresses
 
@@ -119,7 +118,7 @@ def is_depthwise(graph, node, info) -> bool:
 def contraction_efficiency(hw, eff: CpuEfficiency, node, info, *, depthwise: bool,
                            lanes: int, nchw: bool = False) -> float:
     """Share of peak (before lane utilisation) a tuned contraction reaches on a CPU;
-    ``nchw``: a conv in NCHW (:func:`is_nchw_conv`)."""
+    ``nchw``: a conv in NCHW (``OpInfo.nchw_conv``)."""
     if depthwise:
         return eff.depthwise
     n = max(int(node.shape[-1]), 1) if node.shape else 1
@@ -129,17 +128,3 @@ def contraction_efficiency(hw, eff: CpuEfficiency, node, info, *, depthwise: boo
     share = eff.nchw_conv if nchw else eff.gemm
     return share * min(1.0, acc / max(eff.accumulators, 1.0))
 
-
-_NCHW_CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw")  # topi's compute names
-
-
-def is_nchw_conv(graph, node) -> bool:
-    """Whether a contraction is a conv in NCHW: its PrimFunc computes TOPI's
-    ``conv2d_nchw`` or ``group_conv2d_nchw`` block (NCHW{c}c and NHWC convs do not)."""
-    if "conv" not in node.op or node.library:
-        return False
-    try:
-        blocks, _ = _blocks(graph.mod[node.op])
-    except (KeyError, ValueError, AttributeError, RuntimeError):  # not a PrimFunc here
-        return False
-    return any(b.name_hint in _NCHW_CONV_BLOCKS for b in blocks)

@@ -52,6 +52,7 @@ _REDUCE_ITER = 2  # tir IterVar.CommReduce
 CALL_FLOPS = {"exp": 16, "exp2": 16, "erf": 24, "tanh": 20, "sigmoid": 20, "log": 160,
               "log2": 160, "log10": 160, "pow": 160, "sqrt": 4, "rsqrt": 4}
 _CALL = re.compile(r"\bT\.(" + "|".join(CALL_FLOPS) + r")\(")
+_NCHW_CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw")  # TOPI's compute names
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,7 @@ class OpInfo:
     dtype_bytes: int = 4
     fills: bool = False
     transcendental: float = 0.0
+    nchw_conv: bool = False  # a conv in NCHW: TOPI's conv2d_nchw / group_conv2d_nchw block
 
 
 def _elems(shape) -> int:
@@ -145,6 +147,7 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     reduce_len = reduce_len or max(in_elems // max(out_elems, 1), 1)
     return OpInfo(role=role, passes=len(readers) if role == "reduction" else 1,
                   reduce_len=reduce_len, transcendental=math,
+                  nchw_conv=any(b.name_hint in _NCHW_CONV_BLOCKS for b in blocks),
                   rows=max(in_elems // reduce_len, 1) if role == "reduction" else 1,
                   in_bytes=in_elems * max(tvm.DataType(main.dtype).bits // 8, 1),
                   out_elems=out_elems, dtype_bytes=dbytes)

@@ -91,20 +91,21 @@ class TuneState:
                 self.best[i] = median_us(run_secs)
         elif outcome is Outcome.WRONG:
             self.rejected += 1
-            append_jsonl(self.tdir / "rejected.jsonl", {
-                "task": self.tasks[i].task_name, **log, "error": verdict.error,
-                "trace": str(cand.sch.trace)[:4000]})
+            self._log_rejected(i, cand, verdict.error, **log)
         return outcome
+
+    def _log_rejected(self, i: int, cand, error: str, **fields) -> None:
+        append_jsonl(self.tdir / "rejected.jsonl", {
+            "task": self.tasks[i].task_name, **fields, "error": error,
+            "trace": str(cand.sch.trace)[:4000]})
 
     def _timed_out(self, i: int, cand, error: str) -> None:
         """Log a candidate the runner killed: MetaSchedule keeps it in the candidates
         database as failed (never run again, on resume too); this says why."""
         self.timed_out[i] += 1
-        append_jsonl(self.tdir / "rejected.jsonl", {
-            "task": self.tasks[i].task_name, "stage": "run", "timed_out": True,
-            "error": f"{error.strip().splitlines()[0]}: the schedule hangs or runs far "
-                     "longer than the run timeout (tune --run-timeout)",
-            "trace": str(cand.sch.trace)[:4000]})
+        self._log_rejected(i, cand, f"{error.strip().splitlines()[0]}: the schedule hangs "
+                           "or runs far longer than the run timeout (tune --run-timeout)",
+                           stage="run", timed_out=True)
 
     def recheck_record(self, i: int) -> bool:
         """Time task ``i``'s committed record against its default schedule, side by side;
@@ -213,7 +214,6 @@ class TuneState:
         for cand, r in zip(candidates, results):
             if r.error_msg is not None and TIMEOUT_MARK in r.error_msg:
                 self._timed_out(task_id, cand, r.error_msg)
-        for r in results:
             lat = _latency_us(r)
             hist.append(min(hist[-1] if hist else math.inf,
                             math.inf if lat is None else lat))
