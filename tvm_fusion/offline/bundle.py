@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tarfile
 import tempfile
 import warnings
@@ -398,11 +399,17 @@ def _extract(archive: Path, dest: Path) -> Path:
         raise MeasureError(f"offline bundle {archive} is not a tar archive (plain, gzip, "
                            "bzip2 or xz); pass the bundle directory or a tar of it") from None
     with tar:
+        if not hasattr(tarfile, "data_filter"):
+            version = sys.version.split()[0]
+            raise MeasureError(f"offline bundle {archive}: this Python ({version}) has "
+                               "no tarfile extraction filter (3.10.12, 3.11.4 and later "
+                               "have it), so an archive is not extracted here; extract it "
+                               "yourself and pass the bundle directory")
         member = None
         try:
             while (member := tar.next()) is not None:
                 tar.extract(member, dest, filter=_bundle_filter)
-        except tarfile.FilterError as e:
+        except _FILTER_ERROR as e:
             raise MeasureError(f"offline bundle {archive}: {e}; refused, {TAR_FIX}") from None
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             after = f" at member {member.name!r}" if member is not None else ""
@@ -412,7 +419,12 @@ def _extract(archive: Path, dest: Path) -> Path:
     return dest
 
 
-class _NotAFileError(tarfile.FilterError):
+# tarfile's filters (and FilterError) came in 3.10.12 / 3.11.4: an older Python still
+# imports this module (export, import of a directory) and refuses archives above
+_FILTER_ERROR = getattr(tarfile, "FilterError", tarfile.TarError)
+
+
+class _NotAFileError(_FILTER_ERROR):
     """A link, device or FIFO: no bundle holds one (and links are where tarfile's data
     filter was bypassed before 3.11.13, CVE-2025-4517)."""
 
