@@ -241,6 +241,22 @@ def lcnet_block(*, channels=16, size=8, seed=0) -> onnx.ModelProto:
         inits)
 
 
+def conv_leaky_pool(*, channels=16, size=8, alpha=0.1, seed=0) -> onnx.ModelProto:
+    """AECMOS' stage: conv, LeakyRelu, 2x2 max pool, conv."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits = [const("w0", rng.standard_normal((c, c, 3, 3)) * 0.2),
+             const("b0", rng.standard_normal(c) * 0.1),
+             const("w1", rng.standard_normal((c, c, 3, 3)) * 0.2)]
+    return make("conv_leaky_pool", [
+        h.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1] * 4),
+        h.make_node("LeakyRelu", ["c0"], ["l0"], alpha=alpha),
+        h.make_node("MaxPool", ["l0"], ["p0"], kernel_shape=[2, 2], strides=[2, 2]),
+        h.make_node("Conv", ["p0", "w1"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, c, size // 2, size // 2])],
+        inits)
+
+
 def int8_weight_matmul(rows=16, k=64, n=48, *, zero_point=False) -> onnx.ModelProto:
     """A weight-only int8 GEMM as exporters write it: an int8 initializer -> Cast ->
     (Sub of a zero point) -> Mul by a per-column scale -> MatMul, then Add and Relu."""

@@ -72,12 +72,30 @@ def test_written_out_hardswish_and_scalar_affine_stay_blocked(tmp_path):
     assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5
 
 
+@pytest.mark.parametrize("alpha", [0.1, 1.5])
+def test_leaky_relu_and_its_pool_stay_blocked(tmp_path, alpha):
+    """Relax's leakyrelu has no layout inference: AECMOS moved back to NCHW after every
+    blocked conv, for the LeakyRelu and the max pool after it. With 0 <= alpha <= 1 it is
+    maximum(x, alpha * x), which stays blocked; another alpha keeps the transforms."""
+    proto = oc.conv_leaky_pool(alpha=alpha)
+    model = import_model(proto)
+    script = convert_layout(model.mod, "NCHW16c")["main"].script()
+    assert script.count("R.layout_transform(") == (2 if alpha <= 1 else 4)
+    pool = next(line for line in script.splitlines() if "R.nn.max_pool2d(" in line)
+    assert ('layout="NCHW16c"' in pool) == (alpha <= 1)
+    inputs = random_inputs(model.inputs, seed=2)
+    compiled = compile_model(model, "host", layout="nchwc")
+    got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5
+
+
 def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
     _, model, _, _ = chain
     _, cpu = plan_model(model.mod, "x86_avx512")
     assert cpu.layout == "NCHW16c"
     assert "against" in cpu.layout_reason and "layout transforms" in cpu.layout_reason
-    _, avx2 = plan_model(model.mod, "x86_avx2")
+    # AVX2 blocks by 8 (on this 8x8 chain the two layouts tie there, which keeps NCHW)
+    _, avx2 = plan_model(model.mod, "x86_avx2", layout="nchwc")
     assert avx2.layout == "NCHW8c"
     _, gpu = plan_model(model.mod, "a100")
     assert gpu.layout == "NCHW" and "cuda target" in gpu.layout_reason
