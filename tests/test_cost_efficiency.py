@@ -87,6 +87,61 @@ def test_cpu_flops_run_at_the_share_of_peak_a_tuned_kernel_reaches(graph):
         dw.flops / (peak * 0.1) * 1e6)
 
 
+def _memory_case():
+    """x[2048, 2048] (16 MB): a copy, a row mean and a tiny add of y[4, 16]."""
+    nodes = [helper.make_node("Identity", ["x"], ["c0"]),
+             helper.make_node("Add", ["c0", "x"], ["big"]),
+             helper.make_node("ReduceMean", ["x"], ["m"], axes=[1], keepdims=1),
+             helper.make_node("Add", ["y", "y"], ["small"])]
+    model = _model(nodes, [("x", [2048, 2048]), ("y", [4, 16])],
+                   [("big", [2048, 2048]), ("m", [2048, 1]), ("small", [4, 16])],
+                   name="mem", simplify=False)
+    return tf.build_graph(model.mod)
+
+
+def test_cpu_bytes_within_the_llc_move_at_the_cache_rate_and_small_kernels_run_serial():
+    graph = _memory_case()
+    hw = tf.load_target("x86_zen4")
+    cm = AnalyticalCostModel(graph, hw)
+    big = _node(graph, "add")
+    small = _node(graph, "add", 1)
+    # 32 MB in + 16 MB out: the LLC's 32 MB at the copy rate, the other 16 MB from DRAM
+    # (a 25 MB concatenate ran at 131 GB/s, the calibrated copy rate, not 31 GB/s)
+    cost = cm.group_cost([big.id])
+    over = 48 * (1 << 20) - hw.llc_bytes
+    assert cost.memory_us == pytest.approx(
+        over / (hw.dram_bandwidth_gbs * 1e3) + hw.llc_bytes / (hw.cache_bandwidth_gbs * 1e3))
+    assert cost.launch_us == pytest.approx(hw.call_overhead_us + hw.launch_overhead_us)
+    # 64 elements: one core does it faster than the pool forks and joins
+    tiny = cm.group_cost([small.id])
+    assert tiny.launch_us == pytest.approx(hw.call_overhead_us)
+    assert tiny.total_us < hw.call_overhead_us + hw.launch_overhead_us
+    # a reduction-led kernel moves its bytes at the fitted share of the copy rate
+    mean = _node(graph, "mean")
+    shares = dict(gemm=0.5, depthwise=0.5, vector=0.5)
+    plain = AnalyticalCostModel(graph, with_cpu_efficiency(hw, CpuEfficiency(**shares)))
+    slow = AnalyticalCostModel(graph, with_cpu_efficiency(
+        hw, CpuEfficiency(**shares, reduction=0.25)))
+    assert slow.group_cost([mean.id]).memory_us == pytest.approx(
+        4 * plain.group_cost([mean.id]).memory_us)
+    assert slow.group_cost([big.id]).memory_us == plain.group_cost([big.id]).memory_us
+
+
+def test_pow_by_a_constant_llvm_folds_is_no_libm_call():
+    from tvm_fusion.plan.op_info import CALL_FLOPS, graph_info
+    two = helper.make_tensor("two", 1, [], [2.0])
+    three = helper.make_tensor("three", 1, [], [3.0])
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("Pow", ["x", "three"], ["cube"])]
+    model = _model(nodes, [("x", [64, 64])], [("sq", [64, 64]), ("cube", [64, 64])],
+                   [two, three], name="pow", simplify=False)
+    graph = tf.build_graph(model.mod)
+    sq, cube = (graph_info(graph)[_node(graph, "power", k).id] for k in (0, 1))
+    # pow(x, 2.0) compiles to x * x (measured as fast as a copy); pow(x, 3.0) calls powf
+    assert sq.transcendental == 0
+    assert cube.transcendental == (CALL_FLOPS["pow"] - 1) * 64 * 64
+
+
 def test_gpus_keep_their_terms(graph):
     a100 = tf.load_target("a100")
     mm = _node(graph, "matmul")

@@ -320,8 +320,11 @@ def test_embedded_plans_beat_fuseops_prediction_and_name_ops_stably(embedded):
             assert g.ops and g.reason and g.est_us > 0
             if len(g.nodes) > 1:
                 assert g.est_us < g.unfused_us
-                assert g.decided_by in ("launch overhead", "tie (FuseOps' choice)")
-                if g.decided_by != "launch overhead":
+                # on x86 a small op apart runs on one core, cheaper than a fork-join,
+                # so what fusing it saves can show as parallelism rather than launches
+                assert g.decided_by in ("launch overhead", "tie (FuseOps' choice)") + \
+                    (() if gpu else ("parallelism",))
+                if g.decided_by.startswith("tie"):
                     assert "the rival one with" in g.reason
         # conv1's BN-ReLU tail can be its epilogue or the global mean's prologue; on every
         # target the two save within the measured error of each other (on x86 the mean's

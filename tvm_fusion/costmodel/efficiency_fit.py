@@ -1,9 +1,11 @@
 """Fit the CPU compute term's efficiencies (:mod:`tvm_fusion.plan.cpu_efficiency`) to
 measured tuned kernels.
 
-A group's compute time is linear in the reciprocals of the four shares:
+A group's compute time is linear in the reciprocals of the four compute shares:
 ``compute = c_gemm / gemm + c_depthwise / depthwise + c_vector / vector + c_conv_nchw /
-conv_nchw`` (``c_*``: its FLOPs of each kind at peak, after lane and accumulator use).
+conv_nchw`` (``c_*``: its FLOPs of each kind at peak, after lane and accumulator use),
+and a reduction-led group's memory time is its bytes' time at the copy rate over the
+fifth, ``reduction``.
 :func:`efficiency_terms` reads the ``c_*`` of every record from the analytical model
 itself (five evaluations
 of the group, so recomputed FLOPs and every rule count as the planner counts them), and
@@ -28,6 +30,7 @@ from ..plan.cpu_efficiency import CpuEfficiency
 from .group_data import KernelRecord, vm_call_us
 
 SHARES = ("gemm", "depthwise", "vector", "conv_nchw")
+MEMORY_SHARE = "reduction"  # divides a reduction-led group's memory time
 _GRID = np.exp(np.linspace(np.log(0.005), 0.0, 161))  # candidate shares, 0.5% .. 100%
 ROUNDS = 6
 
@@ -47,22 +50,28 @@ class EfficiencyTerms:
     fraction, VM call us and the measured us."""
 
     c: np.ndarray          # (records, 4): c_gemm, c_depthwise, c_vector, c_conv_nchw
-    memory: np.ndarray
-    frac: np.ndarray
-    launch: np.ndarray
+    memory: np.ndarray     # at the full copy rate
+    reduction: np.ndarray  # bool: a reduction-led group (its memory over the fifth share)
+    frac: np.ndarray       # the parallel schedule's
+    launch: np.ndarray     # the parallel schedule's
     call: np.ndarray
     meas: np.ndarray
+    units: np.ndarray      # cores: the serial schedule runs the FLOPs on one
+    in_l2: np.ndarray      # bool: its bytes fit one core's L2 (one core moves them alone)
 
     def predict(self, eff: CpuEfficiency) -> np.ndarray:
         """Kernel-alone times (us) the analytical model gives with ``eff``."""
         shares = np.array([eff.nchw_conv if k == "conv_nchw" else getattr(eff, k)
-                           for k in SHARES])
+                           for k in SHARES] + [eff.reduction_memory])
         return self._predict(shares)
 
     def _predict(self, shares: np.ndarray) -> np.ndarray:
-        compute = (self.c / shares).sum(axis=1)
-        total = np.maximum(compute, self.memory) / self.frac + self.launch
-        return np.maximum(total - self.call, 1e-3)
+        compute = (self.c / shares[:len(SHARES)]).sum(axis=1)
+        memory = np.where(self.reduction, self.memory / shares[len(SHARES)], self.memory)
+        parallel = np.maximum(compute, memory) / self.frac + self.launch
+        serial = np.maximum(compute * self.units,  # as group_cost
+                            np.where(self.in_l2, memory, memory * self.units)) + self.call
+        return np.maximum(np.minimum(parallel, serial) - self.call, 1e-3)
 
 
 def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
@@ -77,19 +86,27 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
         for shares in [(1,) * len(SHARES)] + [tuple(0.5 if j == k else 1 for j in
                                                    range(len(SHARES)))
                                              for k in range(len(SHARES))]:
-            eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators)
-            models.append(AnalyticalCostModel(r.cost_model.graph, with_cpu_efficiency(hw, eff),
-                                              r.cost_model.infos).group_cost(r.nodes))
-        base = models[0]
+            eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators,
+                                reduction=1.0)
+            cm = AnalyticalCostModel(r.cost_model.graph, with_cpu_efficiency(hw, eff),
+                                     r.cost_model.infos)
+            models.append(cm.group_cost(r.nodes))
+        base, units = models[0], max(hw.compute_units, 1)
         rows.append(([m.compute_us - base.compute_us for m in models[1:]], base.memory_us,
-                     base.parallel_fraction, base.launch_us, vm_call_us(hw), r.meas_us))
+                     cm.reduction_led(r.nodes), min(1.0, base.tiles / units),
+                     cm.launch_us(r.nodes), vm_call_us(hw), r.meas_us, units,
+                     cm.traffic(frozenset(r.nodes), cached=False) + base.spill_bytes
+                     <= (hw.l2_bytes_per_unit or 0)))
     if not rows:
         raise CostModelError("no measured CPU kernels to fit the compute efficiency on; "
                              "pass tuning logs of a CPU target (tvm-fusion tune --logs DIR)")
     cols = list(zip(*rows))
     return EfficiencyTerms(c=np.array(cols[0], dtype=float),
+                           reduction=np.array(cols[2], dtype=bool),
+                           in_l2=np.array(cols[-1], dtype=bool),
                            **{k: np.array(v, dtype=float) for k, v in zip(
-                               ("memory", "frac", "launch", "call", "meas"), cols[1:])})
+                               ("memory", "frac", "launch", "call", "meas", "units"),
+                               cols[1:2] + cols[3:-1])})
 
 
 def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
@@ -98,23 +115,32 @@ def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
 
     A kind no record has (no depthwise conv) keeps share 1 divided into nothing: its
     value is left at the median of the others' (it does not change any prediction);
-    ``conv_nchw`` is left out (None: such convs take the ``gemm`` share).
+    ``conv_nchw`` is left out (None: such convs take the ``gemm`` share), and so is
+    ``reduction`` (None: 1).
     """
     log_meas = np.log(terms.meas)
-    shares = np.full(len(SHARES), 0.3)
+    shares = np.full(len(SHARES) + 1, 0.3)
+    shares[-1] = 1.0
 
     def loss(s):
         return np.abs(np.log(terms._predict(s)) - log_meas).mean()
 
-    present = terms.c.sum(axis=0) > 0
+    present = np.append(terms.c.sum(axis=0) > 0, terms.reduction.any())
     for _ in range(ROUNDS):
         for k in np.flatnonzero(present):
             trial = np.repeat(shares[None, :], len(_GRID), axis=0)
             trial[:, k] = _GRID
-            shares[k] = _GRID[int(np.argmin([loss(t) for t in trial]))]
-    if present.any() and not present.all():
-        shares[~present] = float(np.median(shares[present]))
-    fitted = {k: float(v) for k, v in zip(SHARES, shares)}
+            losses = np.array([loss(t) for t in trial])
+            # of equal losses (a share no record's time depends on), the one nearest the
+            # start (0.3, or 1 for the memory share): never the grid's 0.5% by default
+            ties = np.flatnonzero(losses <= losses.min() + 1e-12)
+            shares[k] = _GRID[ties[np.argmin(np.abs(np.log(_GRID[ties] / shares[k])))]]
+    compute = present[:len(SHARES)]
+    if compute.any() and not compute.all():
+        shares[:len(SHARES)][~compute] = float(np.median(shares[:len(SHARES)][compute]))
+    fitted = {k: float(v) for k, v in zip(SHARES + (MEMORY_SHARE,), shares)}
     if not present[SHARES.index("conv_nchw")]:
         fitted["conv_nchw"] = None  # no NCHW conv measured: such convs take the gemm share
+    if not present[-1]:
+        fitted[MEMORY_SHARE] = None  # no reduction measured: bytes at the copy rate
     return CpuEfficiency(**fitted, accumulators=accumulators, source=source)

@@ -46,10 +46,14 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     depthwise conv, vector ops; the target file's ``cpu_efficiency``, else the
     default fitted on this project's tuned records).
 ``memory_us``
-    ``dram_bytes / dram_bandwidth_gbs``; CPUs with a calibrated ``cache_bandwidth_gbs``
-    add the bytes of cache-resident tensors the kernel reads and writes at that rate (a
-    transpose of an L2-resident tensor is not free: 25.6 us measured for one DNSMOS
-    predicted at 0 before).
+    ``dram_bytes / dram_bandwidth_gbs``. CPUs with a calibrated ``cache_bandwidth_gbs``:
+    the kernel's whole footprint (its bytes in and out, cache-resident or not) moves at
+    that rate up to ``llc_bytes``, and only the bytes beyond come from DRAM (at most
+    ``dram_bytes``): the runner's repeats, and in a model the kernel just before, keep
+    it hot in the last-level cache (a 25 MB concatenate ran at 131 GB/s, a 6 MB reshape
+    at 178, an 84 MB concat at 40). A transpose of an L2-resident tensor is not free
+    (25.6 us measured for one DNSMOS predicted at 0 before). A reduction-led kernel
+    divides it by the ``reduction`` share (:mod:`.cpu_efficiency`).
 ``tiles``, ``parallel_fraction``
     CPUs: independent output tiles of the group: the minimum over its members of
     ceil(out elements / 256) for elementwise ops, ceil(out elements / 4096) (64x64
@@ -68,7 +72,10 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     of a reduction, the elementwise ops after a reduction, and each elementwise
     prologue of a reduction whose result also leaves the kernel are one more each. A nest
     with fewer than 2 tiles runs serially and pays no fork-join. So on a CPU fusing a
-    conv with the reduction after it saves one call, not a fork-join.
+    conv with the reduction after it saves one call, not a fork-join. A kernel that is
+    faster on one core runs there (the rules' serial variant): its FLOPs at one core's
+    share of the peak, its bytes at the same rate when they fit that core's L2 (else at
+    its share), and the call only.
 ``total_us``
     ``max(compute_us, memory_us) / parallel_fraction + launch_us``.
 
@@ -488,6 +495,12 @@ class AnalyticalCostModel:
             nests.append(min(math.ceil(self.infos[n].out_elems / ELEM_TILE) for n in members))
         return self.call_us() + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
 
+    def reduction_led(self, members) -> bool:
+        """Whether a group's main operator is a reduction (no contraction in it): its
+        bytes move at the ``reduction`` share of the copy rate (:mod:`.cpu_efficiency`)."""
+        roles = {self.infos[n].role for n in members}
+        return "reduction" in roles and "contraction" not in roles
+
     def call_us(self) -> float:
         """CPUs: the VM's call of one serial kernel (``call_overhead_us``, else
         ``CPU_CALL_US``)."""
@@ -533,14 +546,32 @@ class AnalyticalCostModel:
         dram = self.traffic(members, private) + terms.spill_bytes
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
+        footprint = self.traffic(members, private, cached=False) + terms.spill_bytes
         if hw.family == "cpu" and hw.cache_bandwidth_gbs:
-            # what stays in cache still moves through it, at the calibrated copy rate
-            in_cache = self.traffic(members, private, cached=False) + terms.spill_bytes - dram
-            memory_us += max(in_cache, 0) / (hw.cache_bandwidth_gbs * 1e3)
+            # what stays in cache still moves through it, at the calibrated copy rate;
+            # so does a kernel's whole footprint up to the last-level cache, which the
+            # runner's repeats and the producer just before keep hot there: only the
+            # bytes beyond it come from DRAM (a 25 MB concatenate: 131 GB/s measured)
+            from_dram = min(dram, max(footprint - hw.llc_bytes, 0)) if hw.llc_bytes \
+                else dram
+            memory_us = (from_dram / (hw.dram_bandwidth_gbs * 1e3)
+                         + max(footprint - from_dram, 0) / (hw.cache_bandwidth_gbs * 1e3))
         launch_us = self.launch_us(members)
         gpu, tiles, dynamic = {}, terms.tiles, False
         if hw.family == "cpu":
-            frac = min(1.0, terms.tiles / max(hw.compute_units, 1))
+            if self.cpu_efficiency is not None and self.reduction_led(members):
+                memory_us /= self.cpu_efficiency.reduction_memory
+            units = max(hw.compute_units, 1)
+            frac = min(1.0, terms.tiles / units)
+            # one core alone: its share of the FLOP rate, and of the bandwidth unless
+            # the kernel's bytes fit its own L2
+            in_l2 = footprint <= (hw.l2_bytes_per_unit or 0)
+            serial = max(compute_us * units, memory_us if in_l2 else memory_us * units)
+            if serial + self.call_us() < max(compute_us, memory_us) / frac + launch_us:
+                # a kernel of a few microseconds runs faster on one core than it forks
+                # and joins the pool (the rules' serial variant, tune/cpu_rules.py)
+                frac = max(compute_us, memory_us) / serial if serial > 0 else 1.0
+                launch_us = self.call_us()
         else:
             res = self.gpu_resources(members)
             dynamic = res.schedule == "gemm-tensorcore"

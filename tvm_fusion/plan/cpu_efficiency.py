@@ -27,8 +27,13 @@ a number that far off. On CPUs an op's FLOPs now run at
     channels, so loads, not FMAs, bound it.
 ``vector`` for elementwise and reduction FLOPs (``estimate_tir_flops`` counts an
     ``exp`` or ``erf`` as one FLOP; a softmax or GELU costs far more per element).
+``reduction``, a share of bandwidth, not of FLOPs: a kernel whose main operator is a
+    reduction (a global average pool, a layer norm's mean) moves its bytes at this
+    share of the rate a copy reaches. Its rows are too short, or strided, to stream:
+    the memory-bound means of six models of the corpus ran 1.4-5.7x over a copy of
+    their bytes (benchmarks/RESULTS.md run 21). A target file without it uses 1.
 
-The three shares are dimensionless, so one set carries across CPUs of a family; the
+The shares are dimensionless, so one set carries across CPUs of a family; the
 peak, lanes and registers are the target's. A target file may carry its own
 (``cpu_efficiency``, written by ``tvm-fusion calibrate --logs DIR``, fitted on that
 machine's measured records: :mod:`tvm_fusion.costmodel.efficiency_fit`); without one
@@ -65,11 +70,17 @@ class CpuEfficiency:
     accumulators: float = 8.0
     source: str = ""
     conv_nchw: float | None = None  # None: ``gemm``
+    reduction: float | None = None  # None: 1
 
     @property
     def nchw_conv(self) -> float:
         """The share of a conv vectorized along W in NCHW (``gemm`` when not fitted)."""
         return self.gemm if self.conv_nchw is None else self.conv_nchw
+
+    @property
+    def reduction_memory(self) -> float:
+        """The share of the copy rate a reduction's bytes move at (1 when not fitted)."""
+        return 1.0 if self.reduction is None else self.reduction
 
     def to_json(self) -> dict[str, float]:
         """The values as a target file's ``cpu_efficiency`` holds them."""

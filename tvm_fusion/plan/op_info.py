@@ -23,8 +23,9 @@ Read from the operator's PrimFunc in the legalized module:
 ``transcendental``
     FLOPs its math calls cost beyond the one each that ``estimate_tir_flops`` counts:
     per call, :data:`CALL_FLOPS` (the vector instructions of TVM's lowering: ``exp``
-    and ``erf`` polynomials; ``log`` and ``pow`` scalar libm calls, one per lane) less
-    one, times the calling block's iterations. chars2vec's LSTM cells (sigmoid, tanh)
+    and ``erf`` polynomials; ``log`` and ``pow`` scalar libm calls, one per lane, except
+    a ``pow`` whose constant exponent LLVM folds: 1, 2, 0.5, -1) less one, times the
+    calling block's iterations. chars2vec's LSTM cells (sigmoid, tanh)
     were priced 9-74x under (benchmarks/RESULTS.md run 14).
 ``fills``
     Some of its output elements read none of its inputs, or another input than the
@@ -52,6 +53,10 @@ _REDUCE_ITER = 2  # tir IterVar.CommReduce
 CALL_FLOPS = {"exp": 16, "exp2": 16, "erf": 24, "tanh": 20, "sigmoid": 20, "log": 160,
               "log2": 160, "log10": 160, "pow": 160, "sqrt": 4, "rsqrt": 4}
 _CALL = re.compile(r"\bT\.(" + "|".join(CALL_FLOPS) + r")\(")
+# pow with these constant exponents is no libm call: LLVM folds it to x, x * x, sqrt(x)
+# and 1 / x (measured: pow(x, 2.0) as fast as pow(x, 1.0), pow(x, 3.0) 90x slower)
+_FOLDED_POW = {1.0: 1, 2.0: 1, 0.5: CALL_FLOPS["sqrt"], -1.0: CALL_FLOPS["sqrt"]}
+_FLOAT_CONST = re.compile(r"\s*T\.float(?:16|32|64)\((-?[0-9.e+-]+)\)\s*$")
 _NCHW_CONV_BLOCKS = ("conv2d_nchw", "group_conv2d_nchw")  # TOPI's compute names
 
 
@@ -88,11 +93,36 @@ def _transcendental(func) -> float:
     blocks, _ = _blocks(func)
     total = 0.0
     for b in blocks:
-        extra = sum(CALL_FLOPS[m] - 1 for m in _CALL.findall(str(b.body)))
+        body = str(b.body)
+        extra = sum(_call_flops(body, m) - 1 for m in _CALL.finditer(body))
         if extra:
             total += extra * float(np.prod([max(int(iv.dom.extent), 1)
                                             for iv in b.iter_vars], dtype=np.float64))
     return total
+
+
+def _call_flops(body: str, match: re.Match) -> int:
+    """:data:`CALL_FLOPS` of the call ``match`` finds in ``body``, or less for a ``pow``
+    with a constant exponent LLVM folds (:data:`_FOLDED_POW`)."""
+    name = match.group(1)
+    if name != "pow":
+        return CALL_FLOPS[name]
+    depth, comma = 1, None
+    for k in range(match.end(), len(body)):  # the exponent: after the top-level comma
+        ch = body[k]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth == 0:
+                exponent = _FLOAT_CONST.match(body[comma + 1:k]) if comma else None
+                try:
+                    return _FOLDED_POW.get(float(exponent.group(1)), CALL_FLOPS["pow"])
+                except (AttributeError, ValueError):  # no constant exponent
+                    return CALL_FLOPS["pow"]
+        elif ch == "," and depth == 1:
+            comma = k
+    return CALL_FLOPS["pow"]
 
 
 def _selects(func) -> bool:
