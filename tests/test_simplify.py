@@ -289,6 +289,45 @@ def test_a_product_whose_input_needs_another_is_not_stacked_with_it():
     assert count_ops(imported.mod, "relax.matmul") == 2
 
 
+def _one_hot_embedding(depth=13, n=8, ids=10):
+    """Magika's embedding as jax2tf exports it: ids == arange(depth), cast, @ table."""
+    nodes = [_n("Unsqueeze", ["ids", "axis"], ["col"]),
+             _n("Equal", ["col", "iota"], ["hot"]),
+             _n("Cast", ["hot"], ["hotf"], to=F),
+             _n("MatMul", ["hotf", "W"], ["emb"]),
+             _n("Relu", ["emb"], ["out"])]
+    inits = [_w("W", depth, n), numpy_helper.from_array(np.arange(depth, dtype=np.int32), "iota"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis")]
+    return _model(nodes, [_vi("ids", [1, ids], TensorProto.INT32)], [_vi("out", [1, ids, n])],
+                  inits)
+
+
+def test_a_one_hot_product_with_a_table_is_a_gather_of_its_rows(tmp_path):
+    """The (1, 10, 13) @ (13, 8) product becomes a take of the table's rows; an id
+    outside [0, 13) (its one-hot row all zeros) reads the appended zero row; outputs
+    match ONNX Runtime exactly, through the plan and build too."""
+    model = _one_hot_embedding()
+    imported = import_model(model)
+    assert imported.simplified.one_hot_gathers == 1
+    assert count_ops(imported.mod, "relax.matmul") == 0
+    assert count_ops(imported.mod, "relax.take") == 1
+    assert "made 1 one-hot matmuls gathers" in imported.simplified.summary()
+    ids = np.array([[0, 12, 5, -1, 13, 99, 3, 3, 7, -7]], np.int32)
+    (want,) = run_onnxruntime(model, [ids])
+    (got,) = _run(imported, [ids])
+    assert np.array_equal(got, want) and not got[0, 3].any() and not got[0, 5].any()
+    from tvm_fusion import load_module
+    module = compile_model(imported, "host").export(tmp_path / "m.so")
+    assert np.array_equal(load_module(module)(ids)[0], want)
+    # a comparison against anything but arange(depth) is no one-hot: left alone
+    bad = _one_hot_embedding()
+    bad.graph.initializer[1].CopyFrom(numpy_helper.from_array(
+        np.arange(1, 14, dtype=np.int32), "iota"))
+    assert import_model(bad).simplified.one_hot_gathers == 0
+    assert simplify_model(import_unsimplified(model), one_hot=False).simplified \
+        .one_hot_gathers == 0
+
+
 # ------------------------------------------------------------------- cse, report, api
 def test_common_subexpressions_merge_and_report_reads_as_a_sentence():
     nodes = [_n("Cast", ["x"], ["c"], to=F),

@@ -103,8 +103,10 @@ def _import_graph(source: str, shapes: list[str], plan, consts: list[str] | None
     from ..model_spec import load_model_spec
     from ..plan import graph_for_plan
 
-    # as imported now; before matmul stacking existed; unsimplified
-    for simplify in (True, {"stack_matmuls": False}, False):
+    # as imported now; before the one-hot gathers, and matmul stacking, existed;
+    # unsimplified
+    for simplify in (True, {"one_hot": False}, {"stack_matmuls": False, "one_hot": False},
+                     False):
         try:
             model = load_model_spec(source, shapes or None, consts or None,
                                     simplify=simplify)

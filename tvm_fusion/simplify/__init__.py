@@ -36,8 +36,8 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
     model : ImportedModel
         From :func:`tvm_fusion.frontend.import_model` (not simplified yet).
     **options
-        ``transposes``, ``nhwc``, ``affine``, ``combine_matmul``, ``stack_matmuls`` of
-        :func:`simplify_module`.
+        ``transposes``, ``nhwc``, ``affine``, ``combine_matmul``, ``stack_matmuls``,
+        ``one_hot`` of :func:`simplify_module`.
 
     Returns
     -------
@@ -58,6 +58,8 @@ def simplify_model(model: ImportedModel, **options) -> ImportedModel:
             tag += f":line-convs-{report.line_convs}"
         if report.matmuls_stacked:  # likewise
             tag += f":stacked-{report.matmuls_stacked}"
+        if report.one_hot_gathers:  # likewise
+            tag += f":one-hot-{report.one_hot_gathers}"
         digest = hashlib.sha256(tag.encode()).hexdigest()
     return dataclasses.replace(model, mod=mod, model_hash=digest, simplified=report,
                                unsimplified=model)

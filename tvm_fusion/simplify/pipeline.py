@@ -10,6 +10,7 @@ from .block import count_ops, single_block
 from .casts import CastEliminator
 from .fold import fold_constants
 from .line_convs import LineConvs
+from .one_hot import one_hot_matmuls_as_gathers
 from .parallel import MatmulCombiner
 from .qdq import QdqIntegerizer
 from .shared_weight import stack_shared_weight_matmuls
@@ -45,7 +46,7 @@ def _line_convs(mod: tvm.IRModule) -> tuple[tvm.IRModule, int, int]:
 
 def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = True,
                     affine: bool = True, combine_matmul: bool = False,
-                    stack_matmuls: bool = True,
+                    stack_matmuls: bool = True, one_hot: bool = True,
                     ) -> tuple[tvm.IRModule, SimplifyReport]:
     """Simplify ``main`` of a Relax module; return the new module and what was done.
 
@@ -70,6 +71,9 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
         Stack matmuls that multiply independent inputs by one constant weight (an
         unrolled RNN's per-step input projections) into one matmul that reads the weight
         once (:mod:`.shared_weight`).
+    one_hot : bool
+        Make a one-hot matrix times a constant table a gather of the table's rows
+        (:mod:`.one_hot`).
 
     Returns
     -------
@@ -103,6 +107,8 @@ def simplify_module(mod: tvm.IRModule, *, transposes: bool = True, nhwc: bool = 
     casts = CastEliminator(mod)
     mod = _cleanup(casts.run())
     counts["identity_casts"], counts["round_trip_casts"] = casts.identity, casts.round_trip
+    if one_hot:
+        mod, counts["one_hot_gathers"] = one_hot_matmuls_as_gathers(mod, _cleanup)
 
     if transposes:
         sinker = TransposeSinker(mod, nhwc=nhwc)

@@ -34,6 +34,9 @@ class SimplifyReport:
     matmuls_stacked : int
         Matmuls of one constant weight on independent inputs (an unrolled RNN's input
         projections) merged away into one matmul of the stacked inputs.
+    one_hot_gathers : int
+        One-hot products with a constant table (``one_hot(ids) @ W``, an embedding as
+        jax2tf exports it) made gathers of its rows (:mod:`.one_hot`).
     common_subexprs : int
         Duplicate operator calls removed by common subexpression elimination.
     dead_ops : int
@@ -57,6 +60,7 @@ class SimplifyReport:
     affine_chains: int = 0
     matmuls_combined: int = 0
     matmuls_stacked: int = 0
+    one_hot_gathers: int = 0
     common_subexprs: int = 0
     dead_ops: int = 0
     constants_folded: int = 0
@@ -70,7 +74,8 @@ class SimplifyReport:
             self.identity_casts, self.round_trip_casts, self.transpose_pairs, self.nhwc_ops,
             self.line_convs,
             self.batch_norms_folded, self.affine_ops_folded, self.matmuls_combined,
-            self.matmuls_stacked, self.int8_gemms, self.transposes_before != self.transposes_after))
+            self.matmuls_stacked, self.one_hot_gathers, self.int8_gemms,
+            self.transposes_before != self.transposes_after))
 
     def summary(self) -> str:
         """One line, e.g. ``simplified 620 -> 180 ops: removed 298 identity casts, ...``."""
@@ -99,6 +104,8 @@ class SimplifyReport:
         if self.matmuls_stacked:
             parts.append(f"stacked {self.matmuls_stacked} shared-weight matmuls on "
                          "independent inputs into one")
+        if self.one_hot_gathers:
+            parts.append(f"made {self.one_hot_gathers} one-hot matmuls gathers of table rows")
         if self.common_subexprs:
             parts.append(f"merged {self.common_subexprs} common subexpressions")
         if self.dead_ops:
