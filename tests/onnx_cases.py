@@ -257,6 +257,25 @@ def conv_leaky_pool(*, channels=16, size=8, alpha=0.1, seed=0) -> onnx.ModelProt
         inits)
 
 
+def conv_relu_end_pad(*, channels=16, size=12, seed=0) -> onnx.ModelProto:
+    """PP-OCRv6's stem: conv, bias, ReLU, then a pad of one row and column at the high
+    edge only (which TVM marks elementwise), then a 2x2 stride-2 conv."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits = [const("w0", rng.standard_normal((c, 3, 3, 3)) * 0.3),
+             const("b0", rng.standard_normal(c) * 0.1),
+             const("w1", rng.standard_normal((c, c, 2, 2)) * 0.2),
+             const("pads", [0, 0, 0, 0, 0, 0, 1, 1], np.int64)]
+    half = (size + 1) // 2
+    return make("conv_relu_end_pad", [
+        h.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1] * 4),
+        h.make_node("Relu", ["c0"], ["r0"]),
+        h.make_node("Pad", ["r0", "pads"], ["p0"]),
+        h.make_node("Conv", ["p0", "w1"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ], [_vi("x", T.FLOAT, [1, 3, size, size])], [_vi("y", T.FLOAT, [1, c, half, half])],
+        inits)
+
+
 def int8_weight_matmul(rows=16, k=64, n=48, *, zero_point=False) -> onnx.ModelProto:
     """A weight-only int8 GEMM as exporters write it: an int8 initializer -> Cast ->
     (Sub of a zero point) -> Mul by a per-column scale -> MatMul, then Add and Relu."""

@@ -229,3 +229,21 @@ def test_a_max_pool_gets_a_parallel_vectorized_schedule():
     text = scheduled[name].script()
     assert "T.parallel" in text and "T.vectorized" in text
     assert "T.parallel" not in wl["main"].script()
+
+
+def test_a_pad_of_the_high_edge_is_no_conv_epilogue_and_every_kernel_is_scheduled(tmp_path):
+    """TVM marks a pad of the high edge only elementwise (it reads A[i] for each output
+    i, guarded): the planner made it a conv's epilogue, where computed at the conv's tile
+    it leaves its border unwritten, so the rule default was wrong and the kernel ran as
+    plain loops (PP-OCRv6 rec's two stem kernels). It is the next conv's prologue now."""
+    from onnx_cases import conv_relu_end_pad
+    proto = conv_relu_end_pad()
+    model = tf.import_model(proto)
+    graph, plan = plan_model(model.mod, "host", "cost", layout="nchw")  # PP-OCRv6's stem
+    pad = next(g for g in plan.groups if any(o.startswith("pad") for o in g.ops))
+    assert pad.ops == ("pad#3", "conv2d1#4"), plan.explain("pad#3")
+    compiled = tf.compile_model(model, "host", no_record="auto", layout="nchw")
+    assert "unscheduled" not in compiled.schedules.values(), compiled.schedules
+    inputs = random_inputs(model.inputs, seed=4)
+    got = tf.load_module(compiled.export(tmp_path / "m.so"))(*inputs)
+    assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5

@@ -149,7 +149,13 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     except (KeyError, ValueError, AttributeError, RuntimeError):  # not a PrimFunc here
         math = 0.0
     if node.kind in _ELEMENTWISE_KINDS:
-        fills = node.kind == "injective" and not node.library and _selects(graph.mod[node.op])
+        # TVM marks a pad that only grows the high edge elementwise (op_pattern 0: it
+        # reads A[i] for each output i, guarded); its border fills all the same
+        # (PP-OCRv6's conv + ReLU + pad kernels had wrong rule defaults)
+        fills = not node.library and (node.kind == "injective" or (
+            node.kind == "elemwise" and any(graph.nodes[i].shape != node.shape
+                                            for i in node.inputs))) \
+            and _selects(graph.mod[node.op])
         return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes,
                       fills=fills, transcendental=math)
     if node.kind not in ("reduction", "gemm"):
