@@ -28,6 +28,7 @@ from .. import config
 from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
 from ..errors import LogError
+from .busy import busy_warning
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
 from ..gpu.resources import plan_resources
@@ -52,6 +53,10 @@ from .state import TuneState
 
 
 NO_COST_MODEL = "none (MetaSchedule's XGBoost, from scratch)"
+
+
+class BusyMachineWarning(UserWarning):
+    """Tuning started while other processes kept the CPU busy (:mod:`.busy`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,6 +284,10 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
         write_manifest(tdir, manifest)
         interrupted = False
+        if remaining > 0 and tasks and rpc_tracker is None:
+            busy = busy_warning()  # measured here, beside whatever else runs
+            if busy:
+                warnings.warn(busy, BusyMachineWarning, stacklevel=2)
         if remaining > 0 and tasks:
             interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
                                       trials_per_batch, cost_model=cm, space=space,
