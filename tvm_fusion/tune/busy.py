@@ -35,7 +35,7 @@ def _own_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def other_cores_busy(seconds: float = 0.5) -> float | None:
+def other_cores_busy(seconds: float = 0.3) -> float | None:
     """Cores' worth of CPU time other processes used over ``seconds`` (0 on an idle
     machine, 1.0 for one spinning process); None where /proc/stat cannot be read."""
     before, own0, t0 = _cpu_ticks(), _own_seconds(), time.monotonic()
@@ -48,7 +48,7 @@ def other_cores_busy(seconds: float = 0.5) -> float | None:
     return max(busy - (own1 - own0) / max(t1 - t0, 1e-9), 0.0)
 
 
-def busy_warning(seconds: float = 0.5) -> str | None:
+def busy_warning(seconds: float = 0.3) -> str | None:
     """The warning to give before measuring, or None when the machine is quiet enough."""
     busy = other_cores_busy(seconds)
     if busy is None or busy <= BUSY_CORES:
