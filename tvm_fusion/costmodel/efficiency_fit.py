@@ -95,8 +95,8 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
         rows.append(([m.compute_us - base.compute_us for m in models[1:]], base.memory_us,
                      cm.reduction_led(r.nodes), min(1.0, base.tiles / units),
                      cm.launch_us(r.nodes), vm_call_us(hw), r.meas_us, units,
-                     cm.traffic(frozenset(r.nodes), cached=False) + base.spill_bytes
-                     <= (hw.l2_bytes_per_unit or 0)))
+                     cm.footprint(r.nodes, spill_bytes=base.spill_bytes)
+                     <= cm.core_l2_bytes()))
     if not rows:
         raise CostModelError("no measured CPU kernels to fit the compute efficiency on; "
                              "pass tuning logs of a CPU target (tvm-fusion tune --logs DIR)")

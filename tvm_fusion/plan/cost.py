@@ -495,6 +495,14 @@ class AnalyticalCostModel:
             nests.append(min(math.ceil(self.infos[n].out_elems / ELEM_TILE) for n in members))
         return self.call_us() + hw.launch_overhead_us * sum(1 for tiles in nests if tiles >= 2)
 
+    def footprint(self, members, private=frozenset(), spill_bytes: int = 0) -> int:
+        """Bytes a kernel moves, cache-resident or not (:meth:`traffic` uncached)."""
+        return self.traffic(frozenset(members), frozenset(private), cached=False) + spill_bytes
+
+    def core_l2_bytes(self) -> int:
+        """CPUs: one core's L2, which one core alone moves its bytes through."""
+        return self.hw.l2_bytes_per_unit or 0
+
     def reduction_led(self, members) -> bool:
         """Whether a group's main operator is a reduction (no contraction in it): its
         bytes move at the ``reduction`` share of the copy rate (:mod:`.cpu_efficiency`)."""
@@ -546,7 +554,8 @@ class AnalyticalCostModel:
         dram = self.traffic(members, private) + terms.spill_bytes
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
-        footprint = self.traffic(members, private, cached=False) + terms.spill_bytes
+        footprint = self.footprint(members, private, terms.spill_bytes) \
+            if hw.family == "cpu" else 0
         if hw.family == "cpu" and hw.cache_bandwidth_gbs:
             # what stays in cache still moves through it, at the calibrated copy rate;
             # so does a kernel's whole footprint up to the last-level cache, which the
@@ -565,7 +574,7 @@ class AnalyticalCostModel:
             frac = min(1.0, terms.tiles / units)
             # one core alone: its share of the FLOP rate, and of the bandwidth unless
             # the kernel's bytes fit its own L2
-            in_l2 = footprint <= (hw.l2_bytes_per_unit or 0)
+            in_l2 = footprint <= self.core_l2_bytes()
             serial = max(compute_us * units, memory_us if in_l2 else memory_us * units)
             if serial + self.call_us() < max(compute_us, memory_us) / frac + launch_us:
                 # a kernel of a few microseconds runs faster on one core than it forks
