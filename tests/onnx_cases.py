@@ -548,3 +548,21 @@ def qdq_convs(channels=16, size=8, seed=0, depthwise=False) -> onnx.ModelProto:
         h.make_node("QuantizeLinear", ["c2", "s2", "z2"], ["c2q"]),
         h.make_node("DequantizeLinear", ["c2q", "s2", "z2"], ["y"]),
     ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, out, size, size])], inits)
+
+
+def relu6_pointwise(*, channels=16, out_channels=16, size=8, seed=0) -> onnx.ModelProto:
+    """A MobileNet step: a 1x1 conv, ReLU6 (Clip with bounds as inputs), a 1x1 conv and a
+    HardSwish. The ONNX importer writes the first clip as TOPI ``call_tir``s and the
+    second as ``R.clip`` with scalar bounds."""
+    rng = np.random.default_rng(seed)
+    c, o = channels, out_channels
+    inits = [const("w1", rng.standard_normal((o, c, 1, 1)) * (1 / np.sqrt(c))),
+             const("w2", rng.standard_normal((o, o, 1, 1)) * (1 / np.sqrt(o))),
+             const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    return make("relu6_pointwise", [
+        h.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[1, 1]),
+        h.make_node("Clip", ["c1", "lo", "hi"], ["r6"]),
+        h.make_node("Conv", ["r6", "w2"], ["c2"], kernel_shape=[1, 1]),
+        h.make_node("HardSwish", ["c2"], ["y"]),
+    ], [_vi("x", T.FLOAT, [1, c, size, size])], [_vi("y", T.FLOAT, [1, o, size, size])],
+        inits, opset=14)

@@ -441,6 +441,25 @@ def test_h200_script_is_ready_to_run():
     assert "| embedded | tvm-fusion tuned | - | - | RuntimeError: x |" in table
 
 
+def test_fp16_converts_a_cnn_with_both_forms_of_clip_and_matches_onnxruntime(tmp_path):
+    """ReLU6 and HardSwish reach Relax as ``call_tir`` of TOPI's maximum / minimum and as
+    ``R.clip`` with scalar bounds; Relax's ToMixedPrecision stops on both. Converted, the
+    convolutions take fp16 operands, and the build agrees with ONNX Runtime's fp32 run to
+    fp16 accuracy."""
+    import onnx_cases as oc
+    from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
+
+    proto = oc.relu6_pointwise(channels=32, out_channels=32)
+    model = apply_precision(tf.import_model(proto), "fp16")
+    script = model.mod["main"].script()
+    assert "R.clip" not in script and "call_tir" not in script
+    assert script.count('R.astype(') >= 2 and 'dtype="float16"' in script
+    inputs = random_inputs(model.inputs, seed=0)
+    got = tf.load_module(tf.compile_model(model, "host").export(tmp_path / "m.so"))(*inputs)
+    err = max_rel_error(got[0], run_onnxruntime(proto, inputs)[0])
+    assert 0 < err < 1e-2  # fp16 operands: not fp32-exact, within fp16's rounding
+
+
 @needs_nvcc
 def test_a100_int8_gemm_builds_with_nvcc_and_uses_dp4a(tmp_path):
     """An integer GEMM (MatMulInteger, u8 x s8 -> i32) for a100: its default schedule

@@ -132,3 +132,18 @@ def test_the_mi250x_plan_expects_an_fp16_gemm_on_mfma_and_the_code_object_confir
     # on the A100 the same GEMM is dlight's WMMA (ptxas); both plans keep its epilogue
     a100 = plan_model(model.mod, "a100", "cost")[1]
     assert [sorted(g.ops) for g in a100.groups] == [sorted(g.ops) for g in plan.groups]
+
+
+def test_fp16_pointwise_convs_with_relu6_and_hardswish_run_on_mfma():
+    """A CNN's 1x1 convs are GEMMs: in fp16 each, with its ReLU6 or HardSwish, is one
+    gfx90a kernel on the matrix cores (the clips ToMixedPrecision could not convert
+    before are Relax ops now)."""
+    import onnx_cases as oc
+
+    proto = oc.relu6_pointwise(channels=128, out_channels=128, size=16)
+    compiled = tf.compile_model(apply_precision(tf.import_model(proto, name="r6"), "fp16"),
+                                "mi250x")
+    convs = {k: v for k, v in compiled.info["code_objects"].items() if "conv2d" in k}
+    assert len(convs) == 2 and all("minimum" in k for k in convs)  # epilogues fused
+    assert all(v["mfma"] > 0 and v["scratch_bytes"] == 0 for v in convs.values()), convs
+    assert "v_mfma_f32_16x16x16f16" in _asm(compiled)
