@@ -301,3 +301,23 @@ def test_check_schedule_reads_the_gfx90a_code_object():
     plan = tf.plan_fusion(graph, hw)
     mod = default_gpu_schedule(tf.apply_plan(graph, plan), hw.tvm_target(), hw)
     assert check_schedule(mod[plan.groups[0].name], hw) == []
+
+
+@needs_rocm
+def test_each_fusion_is_checked_with_both_sides_compiled():
+    """benchmarks.gpu_resources --decisions: every fused conv/GEMM group of the MI250X plan
+    is priced against its parts, each side with what the gfx90a backend allocated."""
+    from benchmarks.gpu_resources import split_decisions
+
+    graph = tf.build_graph(tf.import_model(build_embedded_model(), name="embedded").mod)
+    plan, report = plan_with_compiled_resources(graph, "mi250x")
+    rows = split_decisions(graph, plan, tf.load_target("mi250x"), report.compiled)
+    heavy = [g for g in plan.groups if len(g.nodes) > 1 and any(
+        graph.nodes[n].kind in ("gemm", "conv", "depthwise", "reduction") for n in g.nodes)]
+    assert {r["group"] for r in rows} == {g.name for g in heavy} and rows
+    compiled = {g.name: report.compiled[frozenset(g.nodes)] for g in heavy}
+    for r in rows:
+        assert r["fused_registers"] == compiled[r["group"]].registers_per_thread
+        assert r["anchor_registers"] > 0  # the anchor alone was compiled too
+        # each fusion saves most of a launch (8 us on MI250X), beyond the tie margin
+        assert r["saving_us"] > r["margin_us"]

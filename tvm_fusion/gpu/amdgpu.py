@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import shutil
 import subprocess
@@ -57,7 +58,10 @@ class RocmToolchain:
         return out
 
 
+@functools.lru_cache(maxsize=None)
 def _lld_major(path: str) -> int:
+    # one `ld.lld --version` per linker per process: an MI250X compile asks up to three
+    # times (rocm_support, require_rocm_build, the link itself)
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True,
                              check=False, timeout=30).stdout
