@@ -35,6 +35,9 @@ class _GivenTimings:
         self.checked.append(candidate)
         return self.verdict
 
+    def default_trace(self, key):
+        return None  # the default is the kernel's own loops
+
 
 @pytest.fixture
 def state(tmp_path):
@@ -157,3 +160,44 @@ def test_with_no_record_a_candidate_no_faster_than_the_default_makes_the_default
     slower = SimpleNamespace(error_msg=None, run_secs=[300e-6] * 3)
     st.on_batch(None, 0, [cand], [slower])
     assert st.verifier.checked == [] and st.defaults_kept == 1
+
+
+def _matmul_relu():
+    a = te.placeholder((64, 64), "float32", name="a")
+    w = te.placeholder((64, 64), "float32", name="w")
+    k = te.reduce_axis((0, 64), name="k")
+    m = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * w[k, j], axis=k), name="m")
+    y = te.compute((64, 64), lambda i, j: te.max(m[i, j], 0.0), name="y")
+    return tvm.IRModule({"main": te.create_prim_func([a, w, y]).with_attr(
+        "global_symbol", "main")})
+
+
+def test_a_record_must_beat_the_rule_default_which_becomes_the_record_where_it_wins(
+        tmp_path):
+    """On a CPU a build without a record deploys the rules' default schedule, so that,
+    not the plain loops, is what tuning times a candidate against: a candidate slower
+    than it (here the plain loops themselves) is not committed, and the rule default,
+    checked against the reference, becomes the record, which replays its schedule."""
+    from tvm_fusion.tune.driver import _baseline, _resolve_space
+    from tvm_fusion.tune.progress import Progress
+
+    target = tf.load_target("host").tvm_target()
+    workload = _matmul_relu()
+    entry = {"trials": 0, "plan": {"hash": "p"}}
+    task = SimpleNamespace(dispatched=[workload], task_name="mm", weight=1)
+    st = TuneState(tasks=[task], target=target, accepted=open_database(tmp_path, create=True),
+                   tdir=tmp_path, progress=Progress(1, enabled=False),
+                   manifest={"models": {"m": entry}}, entry=entry,
+                   baseline=_baseline(_resolve_space(None, target), target))
+    plain = ms.MeasureCandidate(tvm.s_tir.Schedule(workload),
+                                ms.arg_info.ArgInfo.from_prim_func(workload["main"]))
+    result = SimpleNamespace(error_msg=None, run_secs=[1e-3] * 3)
+    st.on_batch(None, 0, [plain], [result])
+    rule = st.verifier.default_trace(0)
+    assert rule is not None and "sch.vectorize" in str(rule)  # a scheduled kernel
+    assert st.defaults_kept == 1 and st.best[0] is not None
+    deployed = _deployed(st)
+    assert not tvm_ffi.structural_equal(deployed, workload)  # not the plain loops
+    assert "T.vectorized" in deployed.script() and "T.parallel" in deployed.script()
+    # and a record that is the rule default is not re-checked against itself
+    assert not st.recheck_record(0)

@@ -36,6 +36,7 @@ from ..plan import FusionPlan, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
+from .fallback import rule_default
 from .fast_import import import_tensor_intrinsics
 from .logs import (check_writable, kernel_table, open_database, orphaned_records,
                    read_manifest, saved_trials, target_dir, target_identity, target_key,
@@ -280,7 +281,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         # where the device is: here, or (RPC) verification runs where measurement does
         remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
         state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
-                           progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw)
+                           progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw,
+                           baseline=_baseline(space, tvm_target))
         entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
         write_manifest(tdir, manifest)
         interrupted = False
@@ -424,6 +426,17 @@ def _resolve_space(search_space, tvm_target) -> SearchSpace | None:
     if search_space is not None:
         return load_search_space(search_space)
     return space_for_target(tvm_target) if str(tvm_target.kind.name) == "llvm" else None
+
+
+def _baseline(space, tvm_target):
+    """On a CPU, what a record must beat: the rules' default schedule of the kernel,
+    which a build without the record deploys (``tune.fallback``), not its plain loops
+    (AECMOS' stem kept a 907 us record, tuned on a busy machine, where its rule default
+    runs ~250 us). None on GPUs: there the verifier's default is dlight's."""
+    if str(tvm_target.kind.name) != "llvm" or space is None:
+        return None
+    gen = space_generator(space, tvm_target)
+    return lambda workload: rule_default(workload, tvm_target, gen)
 
 
 def _space_gen(space, tvm_target, hw):

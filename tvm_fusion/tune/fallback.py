@@ -142,18 +142,30 @@ def _rule_default(wl, target, space_generator, cost_model, seed: int):
     """The rules' design spaces with their sampled decisions (tile sizes, unroll): with a
     cost model, its best of ``RULE_SAMPLES`` draws of each; without one, one draw of
     the first space of our own rules (``tune/cpu_rules.py``: register tile, depthwise,
-    plain) where one applies, else of the first stock one."""
+    plain) where one applies, else of the first stock one. The schedule (its trace
+    replays it), or None."""
     spaces = _design_spaces(wl, target, space_generator, seed)
     if not spaces:
         return None
     if cost_model is None:
-        return min(spaces, key=_rank_without_model).mod
+        return min(spaces, key=_rank_without_model)
     for k in range(1, RULE_SAMPLES):
         spaces += _design_spaces(wl, target, space_generator, seed + 7919 * k)
     ctx = ms.TuneContext(mod=wl, target=target, task_name="main", num_threads=1)
     args = ms.arg_info.ArgInfo.from_prim_func(wl["main"])
     scores = cost_model.scores(ctx, [ms.MeasureCandidate(s, args) for s in spaces])
-    return spaces[int(np.argmax(scores))].mod
+    return spaces[int(np.argmax(scores))]
+
+
+def rule_default(wl: tvm.IRModule, target, space_generator, seed: int = 1):
+    """The rule default of one kernel (``wl``: its workload, ``main``), as a build without
+    a record or a cost model makes it: a schedule whose trace replays it, or None where
+    the rules generate nothing (or fail). Tuning times its records against it."""
+    try:
+        return _rule_default(wl, target, space_generator, None, seed)
+    except Exception as e:  # a design space the rules cannot generate: plain loops
+        log.info("no rule default for %s: %s", wl, str(e).splitlines()[0][:200])
+        return None
 
 
 def _rank_without_model(sch) -> tuple[int, int]:
@@ -183,7 +195,7 @@ def _rule_option(wl, target, space_generator, cost_model, seed: int) -> list:
     except Exception as e:  # a design space the rules cannot generate: plain loops
         log.info("no rule default for %s: %s", wl, str(e).splitlines()[0][:200])
         return []
-    return [] if rule is None else [(RULE, rule)]
+    return [] if rule is None else [(RULE, rule.mod)]
 
 
 def _search_pick(wl, target, space_generator, cost_model, seed: int):

@@ -39,13 +39,13 @@ class TuneState:
     """
 
     def __init__(self, *, tasks, target, accepted, tdir, progress, manifest, entry,
-                 remote=None, hw=None):
+                 remote=None, hw=None, baseline=None):
         self.tasks, self.target, self.accepted, self.tdir = tasks, target, accepted, tdir
         self.progress, self.manifest, self.entry = progress, manifest, entry
         # the manifest's key of this model (its hash), for what a stop says is saved
         self.manifest_key = next((k for k, v in manifest.get("models", {}).items()
                                   if v is entry), None)
-        self.verifier = KernelVerifier(target, remote=remote, hw=hw)
+        self.verifier = KernelVerifier(target, remote=remote, hw=hw, baseline=baseline)
         self.workloads = [accepted.commit_workload(t.dispatched[0]) for t in tasks]
         self.best = []
         unmeasured = {name for name, info in entry.get("predicted", {}).items()
@@ -114,14 +114,15 @@ class TuneState:
         A candidate the runner measured faster than the record but the verifier found no
         faster than the default means the record was let in by noise: PP-OCRv4 rec's
         depthwise ``fused_conv2d11`` kept a 750 us record while its candidates at 305 us
-        were refused against the default. Only where the default is the kernel's own
-        loops (fp32 on CPU): its record is a trace that changes nothing. Its ``run_secs`` are the
-        record's, scaled by the side-by-side ratio, so the database's top record is the
-        faster of the two. Returns whether the default was committed.
+        were refused against the default. Only where ``compile`` has no default of its own
+        for the kernel (fp32 on CPU): the default is the rules' default schedule (its
+        trace), else the kernel's own loops (a trace that changes nothing). Its
+        ``run_secs`` are the record's, scaled by the side-by-side ratio, so the database's
+        top record is the faster of the two. Returns whether the default was committed.
         """
         workload = self.tasks[i].dispatched[0]
         top = self.accepted.get_top_k(self.workloads[i], 1)
-        if not top or not top[0].run_secs or _is_default(top[0].trace) or \
+        if not top or not top[0].run_secs or self._is_default(i, top[0].trace) or \
                 default_schedule(workload, self.target) is not workload:
             return False  # no record, the default already is the record, or not loops
         record = top[0].as_measure_candidate().sch.mod
@@ -135,11 +136,12 @@ class TuneState:
 
     def keep_default(self, i: int, verdict: Verdict, secs: list[float], args_info) -> bool:
         """Task ``i`` has no record and its best candidate so far was verified no faster
-        than the default loops: commit the default as its record, so that ``compile``
+        than the default: commit the default as its record, so that ``compile``
         deploys the schedule measured fastest instead of a cost-model pick no device ran
         (PLCMOS' layout_transform + max pool kept no record at 4 trials, and the pick
         compile made in its place ran 52 us alone against 3 us predicted). Only where
-        the default is the kernel's own loops. Returns whether it was committed."""
+        ``compile`` has no default of its own for it (as :meth:`recheck_record`). Returns
+        whether it was committed."""
         workload = self.tasks[i].dispatched[0]
         if self.best[i] is not None or not verdict.default_us or not verdict.candidate_us \
                 or default_schedule(workload, self.target) is not workload:
@@ -148,16 +150,27 @@ class TuneState:
         self.entry.get("predicted", {}).pop(self.tasks[i].task_name, None)  # measured now
         return True
 
+    def _is_default(self, i: int, trace) -> bool:
+        """Whether ``trace`` is task ``i``'s default: the no-op of the plain loops, or the
+        rule default the verifier timed."""
+        rule = self.verifier.default_trace(i)
+        return _is_default(trace) or (rule is not None and str(trace) == str(rule))
+
     def _commit_default(self, i: int, secs, verdict: Verdict, args_info) -> None:
-        """Commit the no-op trace (the default loops) as task ``i``'s record, its
-        ``run_secs`` the runner's ``secs`` of the candidate scaled by the side-by-side
-        ratio of the verifier's timings, so records stay comparable."""
+        """Commit the default as task ``i``'s record: the rule default's trace where the
+        verifier timed against it (checked there against the reference), else the no-op
+        trace (the plain loops). Its ``run_secs`` are the runner's ``secs`` of the
+        candidate scaled by the side-by-side ratio of the verifier's timings, so records
+        stay comparable."""
         ratio = verdict.default_us / verdict.candidate_us
         scaled = [float(s) * ratio for s in secs]
-        sch = tvm.s_tir.Schedule(self.tasks[i].dispatched[0])
-        sch.get_sblock("root")  # a no-op: MetaSchedule's databases skip empty traces
+        trace = self.verifier.default_trace(i)
+        if trace is None:
+            sch = tvm.s_tir.Schedule(self.tasks[i].dispatched[0])
+            sch.get_sblock("root")  # a no-op: MetaSchedule's databases skip empty traces
+            trace = sch.trace
         self.accepted.commit_tuning_record(ms.database.TuningRecord(
-            trace=sch.trace, workload=self.workloads[i],
+            trace=trace, workload=self.workloads[i],
             run_secs=scaled, target=self.target, args_info=args_info))
         self.best[i] = median_us(scaled)
         self.defaults_kept += 1

@@ -176,17 +176,22 @@ class Reference:
     outputs: list
     default_lib: object  # tvm.runtime.Module of what ``compile`` uses without a record
     default_us: float    # the minimum of one round, when first built
+    # the rule default's trace where it is the default (it replays it); None: the
+    # kernel's own loops, or a default of its own (VNNI)
+    default_trace: object = None
 
 
-def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, hw=None
-                  ) -> Reference:
+def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, hw=None,
+                  baseline=None) -> Reference:
     """The reference outputs of an unscheduled kernel and its default schedule, built.
 
     On a CPU target the outputs come from the unscheduled kernel, and the default is
-    that kernel itself but where ``compile`` schedules it without a record (an int8
-    GEMM or conv on VNNI). On a GPU target the outputs come from the unscheduled kernel
-    on this machine's CPU, and the default is the schedule ``compile`` would use
-    (``gpu.schedule.default_schedule``, within ``hw``'s limits) on the device.
+    what ``compile`` deploys without a record: the VNNI schedule of an int8 GEMM or
+    conv; else ``baseline(mod)``, the rules' default schedule (checked here against
+    the reference, and left out where it differs); else the kernel itself. On a GPU
+    target the outputs come from the unscheduled kernel on this machine's CPU, and the
+    default is the schedule ``compile`` would use (``gpu.schedule.default_schedule``,
+    within ``hw``'s limits) on the device.
     """
     cpu = str(target.kind.name) == "llvm"
     ref_target = target if cpu else tvm.target.Target("llvm")
@@ -195,6 +200,10 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
     with _loaded([ref_lib], ref_target, remote if cpu else None) as ([rlib], dev):
         ref, _ = _run(rlib, mod["main"], dev, VERIFY_SEEDS)
     scheduled = default_schedule(mod, target, hw)
+    if cpu and scheduled is mod and baseline is not None:
+        rule = _checked_baseline(baseline(mod), mod, ref, target, remote)
+        if rule is not None:
+            return rule
     if cpu and scheduled is mod and exp_lowerings() == seen:
         lib = ref_lib
     else:
@@ -205,11 +214,28 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
         return Reference(ref, lib, min(_repeats_us(rlib, dev, arrays)))
 
 
+def _checked_baseline(sch, mod, ref, target, remote) -> Reference | None:
+    """The rule default ``sch`` of ``mod`` as the default to beat, when it builds and
+    matches the reference outputs ``ref``; None otherwise (the plain loops stay)."""
+    if sch is None:
+        return None
+    try:
+        with vectorizable_exp():
+            lib = tvm.tirx.build(sch.mod, target=target)
+        with _loaded([lib], target, remote) as ([rlib], dev):
+            got, arrays = _run(rlib, mod["main"], dev, VERIFY_SEEDS)
+            if not all(max_rel_error(g, w) <= KERNEL_RTOL for g, w in zip(got, ref)):
+                return None
+            return Reference(ref, lib, min(_repeats_us(rlib, dev, arrays)), sch.trace)
+    except Exception:  # noqa: BLE001  (a rule default that does not build: plain loops)
+        return None
+
+
 class Outcome(enum.Enum):
     """What tuning does with a checked candidate."""
 
     ACCEPTED = "correct and faster than the default: committed"
-    NOT_FASTER = "correct but not faster than the default loops: the default stays"
+    NOT_FASTER = "correct but not faster than the default: the default stays"
     WRONG = "wrong, or fails to build or run: logged to rejected.jsonl"
 
 
@@ -245,26 +271,35 @@ class Verdict:
     def note(self) -> str:
         """Why it was not accepted ("" when it was)."""
         if self.outcome is Outcome.NOT_FASTER:
-            return "correct but not faster than the default loops"
+            return "correct but not faster than the default"
         return self.error or ""
 
 
 class KernelVerifier:
     """Caches each workload's reference run and checks candidates against it."""
 
-    def __init__(self, target: tvm.target.Target, remote=None, hw=None):
+    def __init__(self, target: tvm.target.Target, remote=None, hw=None, baseline=None):
         self.target = target
         self.remote = remote  # a RemoteDevice: candidates run behind the RPC tracker
         self.hw = hw  # the HardwareTarget: the default schedule keeps within its limits
+        # workload -> the rule default's schedule (or None): on a CPU, the default a
+        # record must beat is what a build without the record deploys, not plain loops
+        self.baseline = baseline
         self._ref: dict[int, Reference] = {}
 
     def reference(self, key: int, workload: tvm.IRModule) -> tuple[list[np.ndarray], float]:
         """``workload``'s reference buffers and default time, computed once per ``key``."""
         if key not in self._ref:
             self._ref[key] = reference_run(workload, self.target, remote=self.remote,
-                                           hw=self.hw)
+                                           hw=self.hw, baseline=self.baseline)
         ref = self._ref[key]
         return ref.outputs, ref.default_us
+
+    def default_trace(self, key: int):
+        """The trace of the rule default ``key``'s record must beat, or None (the
+        kernel's own loops, or a default of its own); after :meth:`reference`."""
+        ref = self._ref.get(key)
+        return None if ref is None else ref.default_trace
 
     def check(self, key: int, workload: tvm.IRModule, candidate: tvm.IRModule) -> Verdict:
         """Compare ``candidate`` with the unscheduled ``workload`` (cached under ``key``),
