@@ -53,6 +53,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from ..config import use_all_cores
 from ..errors import TargetError
 from ..targets import NAME_RE, target_from_dict
 
@@ -214,7 +215,13 @@ def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
         The ``name`` of the written description.
     repeat : int
         Timed repeats per probe (the minimum is kept).
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first: the probes' parallel kernels
+    run on the threads tvm-fusion's own kernels get.
     """
+    use_all_cores()
     check_inputs(base, name)
     target = base.tvm_target()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
