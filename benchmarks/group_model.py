@@ -42,12 +42,13 @@ from benchmarks.planner_accuracy import spearman
 def records_of(dirs: list[Path], reprice: dict | None = None) -> list:
     """Every tuned kernel of the (target directories under) ``dirs``; the kernels of a
     target named in ``reprice`` (name -> HardwareTarget) priced on that description."""
-    from tvm_fusion.costmodel.group_data import kernel_records, target_dirs
+    from tvm_fusion.costmodel.group_data import kernel_records
+    from tvm_fusion.logtools import target_dirs
     from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL
     from tvm_fusion.plan import AnalyticalCostModel
 
     out = []
-    for r in (r for d in dirs for t in target_dirs(d)
+    for r in (r for d in dirs for t in target_dirs(d, manifest_only=True, missing_ok=True)
               for r in kernel_records(t, min_trials_per_kernel=MIN_TRIALS_PER_KERNEL)):
         hw = (reprice or {}).get(r.cost_model.hw.name)
         if hw is not None:

@@ -206,8 +206,11 @@ def main(argv=None) -> int:
                          "shares fitted on the others, and print per-class tables")
     ap.add_argument("-o", "--output", type=Path, help="also write the rows and tables as JSON")
     args = ap.parse_args(argv)
-    from tvm_fusion.costmodel.group_data import target_dirs
+    from functools import partial
 
+    from tvm_fusion.logtools import target_dirs
+
+    target_dirs = partial(target_dirs, manifest_only=True, missing_ok=True)
     dirs = target_dirs(args.logs) if args.logs.is_dir() else []
     if args.logs.is_dir() and not dirs:  # a directory of per-model log directories
         dirs = [t for d in sorted(args.logs.iterdir()) if d.is_dir() for t in target_dirs(d)]

@@ -11,14 +11,19 @@ import pytest
 # tests of the benchmarks import them from the checkout (``benchmarks`` is not installed)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# tvm_fusion runs TVM's thread pool on every core (config.use_all_cores, at import). On
+# tvm_fusion's entry points run TVM's thread pool on every core (config.use_all_cores). On
 # this project's loaded 2-core machines a tiny parallel kernel then waits 4-16 ms for its
 # second thread instead of taking microseconds, and tuning finds no candidate faster than
 # the serial default: the suite keeps TVM on one thread (tests/test_prepack.py checks the
 # default in a fresh process without it).
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 
-from tvm_fusion import zoo  # noqa: E402 - after the variable: importing sets the default
+from tvm_fusion import config, zoo  # noqa: E402
+
+# the rest of use_all_cores (unpinned threads) for the whole session, as every entry
+# point sets it: tests that build and time kernels through internal functions run as
+# those entry points would run them
+config.use_all_cores()
 
 # tune()'s default cost model is the one shipped for this hardware, which gives every
 # kernel the budget leaves unmeasured a verified pick (seconds per kernel). Most tests

@@ -50,17 +50,27 @@ def test_fast_exp_limits():
 
 def test_only_builds_inside_the_block_take_the_polynomial():
     mod = _exp_kernel(64)
-    before = exp_lowerings()
+    rule = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
     plain = _llvm_ir(tvm.tirx.build(mod, target=TARGET))
+    before = exp_lowerings()
+    with vectorizable_exp(fast=False):
+        counted = _llvm_ir(tvm.tirx.build(mod, target=TARGET))
     assert exp_lowerings() > before  # the build lowered an exponential (libm's)
     with vectorizable_exp():
+        with vectorizable_exp(fast=False):  # the innermost block decides
+            inner = _llvm_ir(tvm.tirx.build(mod, target=TARGET))
         fast = _llvm_ir(tvm.tirx.build(mod, target=TARGET))
     assert "@llvm.exp" in plain  # TVM's own rule, as in a process without tvm_fusion
+    assert "@llvm.exp" in counted and "@llvm.exp" in inner
     assert "@llvm.exp" not in fast
+    # TVM's rule is back, the same function object, once the last block closed
+    assert tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic").same_as(rule)
     # a kernel without exp is not counted
     x = te.placeholder((8,), "float32", name="x")
     before = exp_lowerings()
-    tvm.tirx.build(tvm.IRModule({"main": te.create_prim_func([x, topi.abs(x)])}), target=TARGET)
+    with vectorizable_exp(fast=False):
+        tvm.tirx.build(tvm.IRModule({"main": te.create_prim_func([x, topi.abs(x)])}),
+                       target=TARGET)
     assert exp_lowerings() == before
 
 

@@ -270,6 +270,30 @@ def test_parse_shape():
             parse_shape(bad)
 
 
+def test_one_default_opset_for_every_frontend_stage():
+    # a model importing only another domain (onnx.checker rejects it; ONNX Runtime runs
+    # it at the newest opset): folding, the unrollers, the Slice rewrite and the converter
+    # all read it from frontend.fold.default_opset, which gives what ONNX Runtime uses
+    from tvm_fusion.frontend.fold import default_opset
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3])
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    graph = helper.make_graph([helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+                               helper.make_node("Relu", ["u"], ["y"])], "g", [x], [y], [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("com.microsoft", 1)])
+    assert default_opset(model) == onnx.defs.onnx_opset_version()
+    model.opset_import.append(helper.make_opsetid("", 13))
+    assert default_opset(model) == 13
+    del model.opset_import[1:]
+
+    imported = import_model(model, name="no-default-domain")  # opset 1 failed to convert
+    arrays = random_inputs(imported.inputs, seed=3)
+    (got,) = _run_tvm(imported, arrays)
+    (want,) = run_onnxruntime(model, arrays)
+    assert got.shape == (1, 2, 3) and max_rel_error(got, want) <= TOL
+
+
 def test_reference_helpers():
     infos = [TensorInfo("x", (2, 3), "float32"), TensorInfo("ids", (4,), "int64"),
              TensorInfo("attention_mask", (4,), "int64"), TensorInfo("flag", (3,), "bool")]

@@ -148,7 +148,7 @@ def test_prepacked_module_round_trips_through_export_and_a_fresh_process(tuned, 
     lib = compiled.export(tmp_path / "m.so")
     np.save(tmp_path / "x.npy", tuned["inputs"][0])
     # as a user's process starts: TVM's thread-pool variables unset (this process has
-    # them from importing tvm_fusion)
+    # them from conftest.py and every entry point it called)
     env = {k: v for k, v in os.environ.items()
            if k not in ("TVM_NUM_THREADS", "TVM_BIND_THREADS", "OMP_NUM_THREADS")}
     env["PYTHONPATH"] = str(ROOT)

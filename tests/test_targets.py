@@ -256,3 +256,12 @@ def test_summary_table_is_aligned():
     assert "sm_80" in lines[2] and "312.0 TFLOP/s" in lines[2]
     col = lines[0].index("family")
     assert all(line[col - 2:col] == "  " for line in lines[2:])
+
+
+def test_one_byte_formatter_for_hardware_sizes_and_plans():
+    from tvm_fusion.targets import format_bytes
+
+    assert [format_bytes(n) for n in (48 << 10, 1 << 20, 1310720, 164 << 10)] == \
+        ["48 KiB", "1 MiB", "1.25 MiB", "164 KiB"]  # hardware sizes stay exact
+    assert format_bytes(1234567) == "1.18 MiB" and format_bytes(-640) == "-640 B"
+    assert format_bytes(1023 << 10) == "1023 KiB" and format_bytes(5 << 30) == "5 GiB"

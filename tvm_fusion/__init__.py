@@ -11,13 +11,22 @@ The pipeline, one function per stage, each usable alone::
     compile_model(model, "host", logs="tuning_logs").export("model.so")
     outputs = load_module("model.so")(x)
     outputs = jit("model.onnx", target="host", logs="tuning_logs")(x)  # cached per shape
+
+Importing the package (or any of its subpackages) changes nothing process-wide: no
+environment variable, no TVM lowering rule, no ``inspect`` function
+(tests/test_import_state.py). What tvm-fusion needs it applies where it needs it:
+
+- TVM's thread pool on every core (``TVM_NUM_THREADS``, ``TVM_BIND_THREADS``):
+  :func:`tvm_fusion.config.use_all_cores`, called by ``tune``, ``compile_model``,
+  ``jit``, ``load_module`` and the command line before they build or run a kernel; it
+  keeps what the user set and stays set for the process.
+- float32 ``exp`` as a vectorizable polynomial: installed for the length of each build
+  (:func:`tvm_fusion.tune.fast_math.vectorizable_exp`), TVM's own rule otherwise.
+- TVMScript's stack inspection made light while TVM's tensor intrinsics are parsed
+  (:func:`tvm_fusion.tune.fast_import.light_parser_stack`), for that import only.
 """
 
 from __future__ import annotations
-
-from .config import use_all_cores
-
-use_all_cores()  # before any TVM kernel runs: TVM's default is half the cores on x86
 
 from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError

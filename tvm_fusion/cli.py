@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import compile_model, load_module, logtools, tune
+from . import compile_model, config, load_module, logtools, tune
 from .costmodel import cli as cost_model_cli
 from .data import shipped_logs_dir
 from .demo import run_demo
@@ -657,7 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``tvm-fusion`` and ``python -m tvm_fusion``."""
+    """Entry point of ``tvm-fusion`` and ``python -m tvm_fusion``.
+
+    Sizes TVM's thread pool first (:func:`tvm_fusion.config.use_all_cores`), as the
+    Python entry points do.
+    """
+    config.use_all_cores()  # every command that builds or runs a kernel: all the cores
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -4,6 +4,12 @@ This module is the only reader of them (``tests/test_layers.py`` holds that): a 
 asks its knob, e.g. ``config.JIT_CACHE.get()``, and ``tvm-fusion`` users find the whole
 list here. Variables of TVM itself (``TVM_USE_RUNTIME_LIB``...) are TVM's, not listed,
 except the two of its thread pool that :func:`use_all_cores` sets when they are unset.
+
+Importing this module (or ``tvm_fusion``) sets no variable. :func:`use_all_cores` writes
+those two into ``os.environ``, for the rest of the process, when it is called: by the
+entry points that build or run kernels (``tune``, ``compile_model``, ``jit``,
+``load_module``, the ``tvm-fusion`` command, the explore functions that time kernels,
+``calibrate_host``), or by a user who wants TVM code of their own on every core.
 """
 
 from __future__ import annotations
@@ -84,8 +90,10 @@ KNOBS: tuple[Knob, ...] = (MODEL_CACHE, JIT_CACHE, COST_MODEL, GROUP_MODEL, NVCC
 # per core. On a machine without SMT (cloud VMs, this project's 2-core hosts) that is half
 # the cores: every tuned kernel ran on one of two cores while ONNX Runtime and numpy used
 # both (``runtime.NumThreads`` said 1). The pool is created at the first parallel call
-# and reads the variables then, so setting them at import is enough; the tuner's runner
-# processes inherit them. A value the user set is kept.
+# and reads the variables then, so setting them before tvm-fusion's first build or run is
+# enough (the entry points call use_all_cores first; a pool already created by other TVM
+# code keeps its size); the tuner's runner processes inherit them. A value the user set
+# is kept.
 #
 # Threads are not pinned to cores either (``TVM_BIND_THREADS=0``) unless the user says
 # so: on a shared machine a pinned worker waits for its one core while the other is idle
@@ -107,9 +115,19 @@ def physical_cores() -> int:
 
 
 def use_all_cores() -> int:
-    """Set ``TVM_NUM_THREADS`` to :func:`physical_cores` and ``TVM_BIND_THREADS`` to 0
-    unless the user set them (or ``OMP_NUM_THREADS``); returns the thread count TVM's
-    pool will be created with."""
+    """Size TVM's thread pool to every core, unpinned, unless the user chose otherwise.
+
+    Sets ``TVM_NUM_THREADS`` to :func:`physical_cores` unless it or ``OMP_NUM_THREADS`` is
+    set, and ``TVM_BIND_THREADS`` to 0 unless it is set, in ``os.environ``, for the rest
+    of the process (and the processes it starts). Idempotent. tvm-fusion's entry points
+    call it before they build or run a kernel; importing tvm-fusion does not.
+
+    Returns
+    -------
+    int
+        The thread count TVM's pool will be created with (a pool that already runs keeps
+        its size).
+    """
     if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(physical_cores())
     os.environ.setdefault("TVM_BIND_THREADS", "0")

@@ -24,20 +24,48 @@ from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, L
 from .tune.logs import load_manifest_raw, manifest_problems, target_key, write_manifest
 
 
-def target_dirs(root: str | Path) -> list[Path]:
-    """The target directories of a log directory (or ``root`` itself if it is one)."""
+def target_dirs(root: str | Path, *, manifest_only: bool = False,
+                missing_ok: bool = False) -> list[Path]:
+    """The target directories of a log directory (or ``root`` itself if it is one).
+
+    Parameters
+    ----------
+    root : path
+        A tuning log directory (``LOGS``, holding ``LOGS/<target>/``) or one target
+        directory of it.
+    manifest_only : bool
+        Count only target directories with a ``manifest.json`` (what the group data and
+        the efficiency fit read), not those with MetaSchedule's workload file alone (what
+        ``tvm-fusion logs`` shows, merges and prunes).
+    missing_ok : bool
+        Return ``[]`` for a ``root`` that is no directory or holds no target directory,
+        for callers that scan several and say themselves when all were empty.
+
+    Returns
+    -------
+    list of Path
+        ``[root]`` when it is a target directory, else its target subdirectories, sorted.
+
+    Raises
+    ------
+    LogError
+        Without ``missing_ok``: ``root`` is no directory or holds no tuning logs.
+    """
     root = Path(root)
     if not root.is_dir():
+        if missing_ok:
+            return []
         raise LogError(f"{root} is not a directory; expected a tuning log directory "
                        "(LOGS, holding LOGS/<target>/) written by `tvm-fusion tune`")
 
     def is_target(p: Path) -> bool:
-        return (p / "manifest.json").exists() or (p / WORKLOAD_FILE).exists()
+        return (p / "manifest.json").exists() or (
+            not manifest_only and (p / WORKLOAD_FILE).exists())
 
     if is_target(root):
         return [root]
     found = sorted(p for p in root.iterdir() if p.is_dir() and is_target(p))
-    if not found:
+    if not found and not missing_ok:
         raise LogError(f"{root} holds no tuning logs (no <target>/manifest.json or "
                        f"<target>/{WORKLOAD_FILE} in it)")
     return found

@@ -196,11 +196,11 @@ class HardwareTarget:
         cfg = self.tvm_config
         unit = {"cuda": "SM", "rocm": "CU", "cpu": "cores"}[self.family]
         if self.family == "cpu":
-            onchip = (f"L1d {_fmt_bytes(self.l1_bytes_per_unit)}"
-                      f" + L2 {_fmt_bytes(self.l2_bytes_per_unit)}")
+            onchip = (f"L1d {format_bytes(self.l1_bytes_per_unit)}"
+                      f" + L2 {format_bytes(self.l2_bytes_per_unit)}")
         else:
             label = "LDS" if self.family == "rocm" else "smem"
-            onchip = f"{label} {_fmt_bytes(self.shared_memory_bytes_per_unit)}"
+            onchip = f"{label} {format_bytes(self.shared_memory_bytes_per_unit)}"
         tensor = self.peak_matrix_flops
         return {
             "name": self.name,
@@ -229,10 +229,31 @@ def _fmt_flops(flops: float) -> str:
     return f"{flops / 1e12:.1f} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.0f} GFLOP/s"
 
 
-def _fmt_bytes(n: int) -> str:
-    if n >= 1 << 20:
-        return f"{n / (1 << 20):g} MiB"
-    return f"{n / 1024:g} KiB"
+_BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes for people: binary units with their IEC names, three significant digits.
+
+    The one byte formatter of the package: hardware sizes (``48 KiB``, ``1.25 MiB``,
+    exact) in target summaries, and the DRAM bytes a fusion plan keeps on chip
+    (``1.18 MiB``, ``-640 B``) in its text and HTML views.
+
+    Parameters
+    ----------
+    n : int or float
+        A byte count; negative ones keep their sign.
+
+    Returns
+    -------
+    str
+    """
+    for unit, size in _BYTE_UNITS:
+        if abs(n) >= size:
+            value = n / size
+            # from 100 on, whole units: .3g would write 1000-1023 KiB in e-notation
+            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def format_targets_table(targets: Iterable[HardwareTarget]) -> str:

@@ -177,14 +177,16 @@ def add_parser(sub) -> None:
 
 def cmd_train_group_model(args) -> int:
     """``tvm-fusion train-group-model --logs DIR... -o FILE``."""
-    from .group_data import kernel_records, target_dirs
+    from ..logtools import target_dirs
+    from .group_data import kernel_records
     from .group_model import ROUNDS, train_group_model
 
     out = Path(args.output)
     if out.suffix not in (".json", ".ubj") or not out.parent.is_dir():
         raise CostModelError(f"-o {out}: expected a .json or .ubj file in an existing "
                              "directory")
-    dirs = [t for d in args.logs for t in target_dirs(Path(d))]
+    dirs = [t for d in args.logs
+            for t in target_dirs(Path(d), manifest_only=True, missing_ok=True)]
     if not dirs:
         raise CostModelError(f"--logs {' '.join(args.logs)}: no manifest.json in them or "
                              "their subdirectories; pass directories written by "

@@ -118,14 +118,6 @@ def _import_graph(source: str, shapes: list[str], plan, consts: list[str] | None
     return None
 
 
-def target_dirs(root: Path) -> list[Path]:
-    """``root`` if it is a tuning-log target directory, else its subdirectories that are."""
-    root = Path(root)
-    if (root / "manifest.json").exists():
-        return [root]
-    return sorted(p.parent for p in root.glob("*/manifest.json"))
-
-
 def model_name(source: str) -> str:
     """The model's name: the zoo name of a zoo model's file (``minilm-l3`` for
     ``paraphrase-MiniLM-L3-v2.onnx``), else the source's stem."""

@@ -373,7 +373,13 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     LogError
         The logs were written by another TVM or manifest version, or (without
         ``allow_other_target``) for another target.
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first, so that the module it returns
+    (and the kernels timed while it builds) run on every core.
     """
+    config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     hw = as_target(target)
     if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
         require_rocm_build(hw)

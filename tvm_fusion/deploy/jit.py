@@ -214,7 +214,12 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
     Returns
     -------
     JitFunction
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first, as :func:`~tvm_fusion.compile_model`.
     """
+    config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     return JitFunction(model, target=target, logs=logs, cache_dir=cache_dir,
                        allow_other_target=allow_other_target, name=name,
                        simplify=simplify, layout=layout, prepack=prepack)

@@ -11,6 +11,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import config
 from ..errors import ModuleLoadError
 from .build import MODULE_SCHEMA, MODULE_VERSION, library_digest, sidecar_path
 
@@ -208,7 +209,13 @@ def load_module(path: str | Path) -> Module:
         No library or description, a description that is not one (corrupt JSON, not an
         object, of another version or TVM), or a library whose size or sha256 differs
         from what its description recorded (truncated or changed since it was written).
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first: the module's parallel loops run
+    on every core unless ``TVM_NUM_THREADS`` says otherwise.
     """
+    config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     path = Path(path)
     meta = sidecar_path(path)
     if not path.exists():

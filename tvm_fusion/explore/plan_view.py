@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .. import errors
 from ..plan import plan_fusion
 from ..plan.compare import kernel_ops as _ops
+from ..targets import format_bytes
 
 # matplotlib (about 1 s to import) is imported by the functions that draw, so that
 # importing tvm_fusion.explore for its tables does not load it.
@@ -29,13 +30,6 @@ LABELLED_NODES = 60
 
 def _esc(x) -> str:
     return html.escape(str(x))
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("MB", 1 << 20), ("KB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _colours(plan) -> dict[int, str]:
@@ -232,7 +226,7 @@ def plan_html(plan) -> str:
     n_ops = sum(len(g.nodes) for g in plan.groups)
     parts = [f"<div><b>FusionPlan</b> for <code>{_esc(plan.target)}</code> "
              f"({_esc(plan.planner)} planner): {len(plan.groups)} kernels from {n_ops} "
-             f"operators, predicted {plan.est_us:.1f} us, {_fmt_bytes(kept)} DRAM bytes avoided, "
+             f"operators, predicted {plan.est_us:.1f} us, {format_bytes(kept)} DRAM bytes avoided, "
              f"{len(plan.rejected)} merges rejected; hash <code>{plan.hash}</code></div>"]
     svg = plan_svg(plan)
     if svg is not None:
@@ -242,7 +236,7 @@ def plan_html(plan) -> str:
                      + (", no edges stored" if not plan.edges else "")
                      + "; use tvm_fusion.explore.draw_plan)</i></div>")
     rows = [[_swatch(colour[gi]), gi, g.name, ", ".join(g.ops or map(str, g.nodes)),
-             f"{g.est_us:.2f}", f"{g.unfused_us:.2f}", _fmt_bytes(g.kept_on_chip_bytes),
+             f"{g.est_us:.2f}", f"{g.unfused_us:.2f}", format_bytes(g.kept_on_chip_bytes),
              g.decided_by, g.reason] for gi, g in enumerate(plan.groups)]
     parts.append("<details open><summary>kernels</summary>" + _table(
         ["", "#", "kernel", "operators", "predicted us", "unfused us", "DRAM bytes avoided",
@@ -284,7 +278,7 @@ def comparison_html(cmp) -> str:
     name = cmp.plan_name
     head = _table(["plan", "kernels", "predicted us", "DRAM bytes avoided"],
                   [[name(p), len(p.groups), f"{p.est_us:.1f}",
-                    _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups))]
+                    format_bytes(sum(g.kept_on_chip_bytes for g in p.groups))]
                    for p in (a, b)], align_right=(1, 2, 3))
     if cmp.same:
         return head + "<div>same partition</div>"
@@ -297,7 +291,6 @@ def comparison_html(cmp) -> str:
     return head + _table([f"{name(a)} kernel", "us", f"{name(b)} kernels",
                           "us", f"decided by ({name(a)})"], rows,
                          align_right=(1, 3))
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -327,7 +320,7 @@ class TargetComparison:
         plans = list(self.plans.items())
         head = _table(["target", "kernels", "predicted us", "DRAM bytes avoided", "rejected merges"],
                       [[t, len(p.groups), f"{p.est_us:.1f}",
-                        _fmt_bytes(sum(g.kept_on_chip_bytes for g in p.groups)),
+                        format_bytes(sum(g.kept_on_chip_bytes for g in p.groups)),
                         len(p.rejected)] for t, p in plans], align_right=(1, 2, 3, 4))
         nodes = self.differing_nodes()
         if not nodes:

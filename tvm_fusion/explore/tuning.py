@@ -22,6 +22,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
+from .. import config
 from ..errors import LogError
 from ..plan import FusionPlan, graph_for_plan
 from ..targets import as_target
@@ -138,8 +139,10 @@ def default_latencies(tasks, target) -> dict[str, float]:
     """Structural hash -> latency (us) of each task's kernel with no schedule at all.
 
     What a kernel costs before tuning touches it: built as it comes out of lowering,
-    timed with TVM's time evaluator (median of 5 repeats of at least 10 ms).
+    timed with TVM's time evaluator (median of 5 repeats of at least 10 ms), on every
+    core (:func:`tvm_fusion.config.use_all_cores`, as the tuner times its kernels).
     """
+    config.use_all_cores()
     dev = tvm.cpu()
     out = {}
     for t in tasks:
@@ -257,8 +260,10 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
 
     ``population`` is the evolutionary search's population size (default
     MetaSchedule's, 512); a smaller one samples fewer candidates per batch, for tiny
-    budgets (the notebook tests run 4 trials).
+    budgets (the notebook tests run 4 trials). Its runner measures on every core, as
+    :func:`tvm_fusion.tune` does (:func:`tvm_fusion.config.use_all_cores`).
     """
+    config.use_all_cores()
     plain_task_tables()
     drop_unnamed_handlers()  # a handler without a name (a user's, pytest's) crashes MS's set-up
     import_tensor_intrinsics()

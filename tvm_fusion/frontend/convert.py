@@ -19,6 +19,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from tvm_fusion.errors import ModelImportError, UnsupportedOpError
 
+from .fold import default_opset
 from .quant import CONVERTERS
 from .shapes import TensorInfo
 
@@ -62,7 +63,7 @@ def check_supported(model: onnx.ModelProto, source: str) -> None:
 def convert(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]],
             dtypes: Mapping[str, str], source: str) -> tvm.IRModule:
     """Convert a checked, folded model to a Relax module with embedded weights."""
-    opset = _default_opset(model)
+    opset = default_opset(model)
     importer = _TrackingImporter(
         {k: list(v) for k, v in shapes.items()}, dict(dtypes), keep_params_in_input=False)
     # The converter prints its inputs to stdout on failure and warns about every renamed
@@ -128,14 +129,6 @@ def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 def _node_label(node: onnx.NodeProto) -> str:
     return node.name or f"<unnamed, output {node.output[0] if node.output else '?'}>"
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    # Same rule as the stock from_onnx: the first default-domain opset.
-    for op in model.opset_import:
-        if op.domain in ("", "ai.onnx"):
-            return op.version
-    return 1
 
 
 def _first_lines(text: str, limit: int = 400) -> str:

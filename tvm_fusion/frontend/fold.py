@@ -104,7 +104,7 @@ def fold_constants(model: onnx.ModelProto, *, max_rounds: int = MAX_ROUNDS) -> o
 def _fold_round(model: onnx.ModelProto) -> bool:
     """Fold every foldable top-level node once, in place; False when nothing folded."""
     graph = model.graph
-    opset = _default_opset(model)
+    opset = default_opset(model)
     graph_outputs = {o.name for o in graph.output}
     known = {t.name: t for t in graph.initializer}
     inlined = _fold_constant_ifs(
@@ -298,7 +298,24 @@ def static_shape(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     return tuple(int(d.dim_value) for d in dims)
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of the default ONNX operator set ``model`` imports.
+
+    Every stage of the frontend reads it from here, so that what folding evaluates, what
+    the RNN and Loop unrollers emit, the Slice rewrite and TVM's converter agree.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+
+    Returns
+    -------
+    int
+        The first import of the ``""`` / ``"ai.onnx"`` domain. A model that imports only
+        other domains (``onnx.checker`` rejects it) gets the newest opset this onnx knows,
+        as ONNX Runtime, the reference, runs it; TVM's own ``from_onnx`` would take 1,
+        under which an opset-13 Unsqueeze fails to convert.
+    """
     for op in model.opset_import:
         if op.domain in _DEFAULT_DOMAINS:
             return op.version

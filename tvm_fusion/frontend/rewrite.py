@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
+from .fold import default_opset
+
 # Optional inputs that exporters fill with an empty tensor instead of leaving them out:
 # ONNX treats an empty one as absent. PyTorch's opset-11 Resize writes an empty ``scales``
 # beside a computed ``sizes`` (and an empty ``roi``), which TVM's importer rejects with
@@ -50,7 +52,7 @@ def slice_attributes_as_inputs(model: onnx.ModelProto) -> list[tuple[onnx.NodePr
     slice a GRU's initial state this way). The attributes stay; the importer ignores
     them. Returns each changed node with its inputs before the change.
     """
-    if _default_opset(model) >= 10:
+    if default_opset(model) >= 10:
         return []
     changed = []
     for node in model.graph.node:
@@ -65,10 +67,6 @@ def slice_attributes_as_inputs(model: onnx.ModelProto) -> list[tuple[onnx.NodePr
                     np.array(attrs[key], np.int64), name))
                 node.input.append(name)
     return changed
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def drop_empty_optional_inputs(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list]]:

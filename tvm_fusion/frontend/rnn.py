@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 from tvm_fusion.errors import UnsupportedOpError
 
-from .fold import static_shape
+from .fold import default_opset, static_shape
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -87,10 +87,6 @@ class _Emitter:
         raise ValueError(kind)
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 7)
-
-
 def expand_recurrent(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
     """A copy of ``model`` with every top-level LSTM, GRU and RNN node unrolled (the
     model itself when it has none).
@@ -116,7 +112,7 @@ def expand_recurrent(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
         if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
-        em = _unroll(node, consts, shapes, source, _opset(model))
+        em = _unroll(node, consts, shapes, source, default_opset(model))
         nodes += em.nodes
         graph.initializer.extend(em.inits)
     del graph.node[:]

@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .fold import default_opset
+
 MAX_TRIPS = 256  # longer loops would bloat the graph; they stay loops
 MAX_ROUNDS = 16  # loops whose trip count waits on an earlier loop, one per round
 
@@ -50,7 +52,7 @@ def _unroll_once(model: onnx.ModelProto, fold, round_: int) -> onnx.ModelProto:
     candidate = onnx.ModelProto()
     candidate.CopyFrom(model)
     consts = {t.name: numpy_helper.to_array(t) for t in candidate.graph.initializer}
-    opset = next((o.version for o in candidate.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(candidate)
     nodes, conds, changed = [], [], False
     for index, node in enumerate(candidate.graph.node):
         tag = f"__unroll{round_}.{index}"  # new names: unique per round and loop

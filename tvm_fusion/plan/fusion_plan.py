@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import PlanError
+from ..targets import format_bytes
 from .compare import PlanComparison
 
 PLAN_SCHEMA = "tvm-fusion/plan"
@@ -249,13 +250,13 @@ class FusionPlan:
         """A text table: one row per kernel, predicted time and DRAM bytes avoided."""
         rows = [f"{'#':>3}  {'est us':>9}  {'DRAM -':>9}  {'ops':>3}  kernel / operators"]
         for i, g in enumerate(self.groups):
-            rows.append(f"{i:>3}  {g.est_us:>9.2f}  {_fmt_bytes(g.kept_on_chip_bytes):>9}  "
+            rows.append(f"{i:>3}  {g.est_us:>9.2f}  {format_bytes(g.kept_on_chip_bytes):>9}  "
                         f"{len(g.nodes):>3}  {g.name}")
             if g.reason:
                 rows.append(f"{'':>34}{g.reason}")
         kept = sum(g.kept_on_chip_bytes for g in self.groups)
         rows.append(f"{len(self.groups)} kernels, predicted {self.est_us:.1f} us on "
-                    f"{self.target} (planner: {self.planner}), {_fmt_bytes(kept)} DRAM "
+                    f"{self.target} (planner: {self.planner}), {format_bytes(kept)} DRAM "
                     f"bytes avoided; {len(self.rejected)} merges rejected")
         if self.layout_reason or self.layout != "NCHW":
             rows.append(f"layout {self.layout}: {self.layout_reason or 'as stored'}")
@@ -363,11 +364,3 @@ def _brief(ops, me: str, show: int = 3) -> str:
 
 def _clip(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _fmt_bytes(n: int) -> str:
-    if abs(n) >= 1 << 20:
-        return f"{n / (1 << 20):.1f} MB"
-    if abs(n) >= 1 << 10:
-        return f"{n / (1 << 10):.1f} KB"
-    return f"{n} B"

@@ -53,6 +53,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from ..config import use_all_cores
 from ..errors import TargetError
 from ..targets import NAME_RE, target_from_dict
 
@@ -214,7 +215,13 @@ def calibrate_host(base, *, name: str, repeat: int = 5) -> dict:
         The ``name`` of the written description.
     repeat : int
         Timed repeats per probe (the minimum is kept).
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first: the probes' parallel kernels
+    run on the threads tvm-fusion's own kernels get.
     """
+    use_all_cores()
     check_inputs(base, name)
     target = base.tvm_target()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -264,13 +271,14 @@ def fit_efficiency(doc: dict, dirs: list[Path]) -> dict:
     logs in ``dirs`` (each a target directory or a directory of them), every kernel
     priced on ``doc``'s description."""
     from ..costmodel.efficiency_fit import efficiency_terms, fit_cpu_efficiency
-    from ..costmodel.group_data import kernel_records, target_dirs
+    from ..costmodel.group_data import kernel_records
+    from ..logtools import target_dirs
     from ..costmodel.group_model import MIN_TRIALS_PER_KERNEL
     from ..plan import AnalyticalCostModel
 
     base = {k: v for k, v in doc.items() if k != "cpu_efficiency"}
     hw = target_from_dict(base, origin="calibrated description")
-    found = [t for d in dirs for t in target_dirs(Path(d))]
+    found = [t for d in dirs for t in target_dirs(Path(d), manifest_only=True, missing_ok=True)]
     records = [dataclasses.replace(r, cost_model=AnalyticalCostModel(
                    r.cost_model.graph, hw, r.cost_model.infos))
                for t in found for r in kernel_records(

@@ -217,8 +217,15 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     Returns
     -------
     TuneReport
+
+    Notes
+    -----
+    Calls :func:`tvm_fusion.config.use_all_cores` first: the kernels it times, here
+    and in its runner processes, run on every core unless ``TVM_NUM_THREADS`` says
+    otherwise.
     """
     t0 = time.monotonic()
+    config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     hw = as_target(target)
     tvm_target = hw.tvm_target()
     if measure not in ("device", "none"):

@@ -5,17 +5,31 @@ builder worker (its LocalBuilder restarts its worker pool for every batch). That
 parses ~250 TVMScript functions, and each parse calls ``inspect.stack()``, which reads
 the source context of every frame: 24 s per import on this machine, paid once per batch.
 The parser only needs the code context of the two frames nearest to the decorator, so
-during that one import we hand it a stack with context for those frames alone.
+during that one import (:func:`light_parser_stack`) TVMScript's parser modules get a stack
+with context for those frames alone.
+
+Nothing changes when this module is imported. :func:`import_tensor_intrinsics` swaps the
+``inspect`` name of TVMScript's parser modules (:data:`PARSER_MODULES`) for a copy whose
+``stack`` is light, for the length of TVM's import only: ``inspect.stack`` itself, which
+every other caller in the process (a debugger, pytest, another thread) uses, is never
+replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import inspect
 import linecache
 import sys
+import types
 
 _CONTEXT_FRAMES = 4
 VNNI_INTRIN = "tvmf_dot_16x4_vnni"
+# TVM's modules that call ``inspect.stack()`` per parsed function (their ``inspect`` name
+# is what :func:`light_parser_stack` swaps); one this TVM does not have is skipped
+PARSER_MODULES = ("tvm.tirx.script.parser.entry", "tvm.script.parser.ir.entry",
+                  "tvm.relax.script.parser.entry", "tvm.tirx.script.builder.ir")
 
 
 def _light_stack(context: int = 1):
@@ -41,18 +55,53 @@ def _light_stack(context: int = 1):
     return records
 
 
+class _LightInspect(types.ModuleType):
+    """``inspect`` with :func:`_light_stack` for ``stack``: what a parser module sees
+    inside :func:`light_parser_stack`."""
+
+    stack = staticmethod(_light_stack)
+
+    def __getattr__(self, name):
+        return getattr(inspect, name)
+
+
+_LIGHT_INSPECT = _LightInspect("inspect")
+
+
+@contextlib.contextmanager
+def light_parser_stack():
+    """TVMScript parses inside this block with a stack that carries source context for its
+    nearest frames only (about 1 s for TVM's intrinsics, not 24).
+
+    Replaces the ``inspect`` global of :data:`PARSER_MODULES` and puts the original back on
+    exit. The process's ``inspect.stack`` is untouched; the parser's closure-variable
+    lookup reads frames, not their source lines, so it parses the same. Not re-entrant
+    across threads: the outermost exit restores the modules for every thread.
+    """
+    swapped = []
+    for name in PARSER_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # another TVM version: nothing of that name to speed up
+            continue
+        if getattr(mod, "inspect", None) is inspect:
+            mod.inspect = _LIGHT_INSPECT
+            swapped.append(mod)
+    try:
+        yield
+    finally:
+        for mod in swapped:
+            mod.inspect = inspect
+
+
 def import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` with the light stack, and register ours
-    (:mod:`.vnni`), idempotent."""
+    """Import ``tvm.s_tir.tensor_intrin`` inside :func:`light_parser_stack`, and register
+    ours (:mod:`.vnni`); idempotent."""
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         register_vnni_intrin()
         return
-    saved = inspect.stack
-    inspect.stack = _light_stack
-    try:
+    with light_parser_stack():
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
-    finally:
-        inspect.stack = saved
     register_vnni_intrin()  # ours, which tuned int8 records name
 
 

@@ -19,6 +19,13 @@ apply. Every build of a kernel that
 is timed or deployed takes it (the tuner's builder, the verifier's default and
 candidates, ``compile``, offline bundles); the verifier's reference keeps libm ``exp``,
 so the approximation is checked against it. GPU targets keep their own ``exp``.
+
+Nothing changes when this module is imported. The rule is TVM's ``llvm.FLowerIntrinsic``
+attribute of ``tirx.exp``, which is process-wide: :func:`vectorizable_exp` installs ours
+when the first block (of any thread) opens and puts TVM's own back when the last one
+closes, so a process that imports tvm_fusion next to other TVM code lowers ``exp`` as TVM
+does outside tvm-fusion's builds. While it is installed, a build outside every block (in
+another thread) still gets TVM's lowering from it.
 """
 
 from __future__ import annotations
@@ -78,40 +85,75 @@ def _is_f32(dtype) -> bool:
 
 
 _state = threading.local()
+_EXP_OP, _LOWERING_ATTR = "tirx.exp", "llvm.FLowerIntrinsic"
+_LEVEL = 99  # above TVM's own rule (level 10)
+_TVM_LEVEL = 10  # the level TVM registers its own rules at (C++ set_attr's default)
+_install_lock = threading.Lock()
+_installed = {"blocks": 0, "saved": None}  # open blocks of all threads; TVM's rule
 
 
 def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
-    """LLVM's lowering of ``exp``: :func:`fast_exp` inside :func:`vectorizable_exp`,
-    else what TVM's own rule gives (the ``llvm.exp`` intrinsic)."""
+    """LLVM's lowering of ``exp`` while installed: :func:`fast_exp` inside a fast
+    :func:`vectorizable_exp` of this thread, else what TVM's own rule gives (the
+    ``llvm.exp`` intrinsic)."""
     dtype = str(call.ty.dtype)
     if _is_f32(dtype):
         _state.lowered = getattr(_state, "lowered", 0) + 1
-        if getattr(_state, "depth", 0):
+        modes = getattr(_state, "modes", ())
+        if modes and modes[-1]:
             return fast_exp(call.args[0])
     return tirx.call_llvm_pure_intrin(dtype, "llvm.exp", call.args[0])
 
 
-# One rule above TVM's (level 10), registered once per process; outside
-# vectorizable_exp it lowers exactly as TVM does, so other builds in the process keep
-# libm's exp.
-tirx.op.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
+def _install() -> None:
+    with _install_lock:
+        if _installed["blocks"] == 0:
+            op = tvm.ir.Op.get(_EXP_OP)
+            _installed["saved"] = op.get_attr(_LOWERING_ATTR)
+            tirx.op.register_intrin_lowering(_EXP_OP, target="llvm", f=_lower_exp,
+                                             level=_LEVEL)
+        _installed["blocks"] += 1
+
+
+def _uninstall() -> None:
+    with _install_lock:
+        _installed["blocks"] -= 1
+        if _installed["blocks"] == 0:
+            op = tvm.ir.Op.get(_EXP_OP)
+            op.reset_attr(_LOWERING_ATTR)
+            if _installed["saved"] is not None:  # TVM's own function object, as it was
+                op.set_attr(_LOWERING_ATTR, _installed["saved"], _TVM_LEVEL)
+            _installed["saved"] = None
 
 
 @contextlib.contextmanager
-def vectorizable_exp():
+def vectorizable_exp(fast: bool = True):
     """Builds inside this block lower float32 ``exp`` on LLVM targets as :func:`fast_exp`.
 
-    Thread-local: the lowering runs in the thread that calls ``tvm.tirx.build`` or
-    ``relax.build``.
+    Parameters
+    ----------
+    fast : bool, default True
+        False: builds inside lower ``exp`` as TVM does (libm), but still counted by
+        :func:`exp_lowerings`; the verifier's reference build uses it to learn whether
+        its kernel has an exponential.
+
+    Notes
+    -----
+    The mode is thread-local (the lowering runs in the thread that calls
+    ``tvm.tirx.build`` or ``relax.build``; the innermost block decides); the rule is
+    installed process-wide while any thread is inside a block (module docstring).
     """
-    _state.depth = getattr(_state, "depth", 0) + 1
+    _install()
+    _state.modes = (*getattr(_state, "modes", ()), bool(fast))
     try:
         yield
     finally:
-        _state.depth -= 1
+        _state.modes = _state.modes[:-1]
+        _uninstall()
 
 
 def exp_lowerings() -> int:
-    """How many float32 ``exp`` calls this thread's LLVM builds have lowered so far
-    (either way): a build that moves it has an exponential."""
+    """How many float32 ``exp`` calls this thread's LLVM builds inside
+    :func:`vectorizable_exp` (fast or not) have lowered so far: a build that moves it
+    has an exponential."""
     return getattr(_state, "lowered", 0)

@@ -196,7 +196,8 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
     cpu = str(target.kind.name) == "llvm"
     ref_target = target if cpu else tvm.target.Target("llvm")
     seen = exp_lowerings()
-    ref_lib = tvm.tirx.build(mod, target=ref_target)  # libm's exp: checks fast_math's
+    with vectorizable_exp(fast=False):  # libm's exp (checks fast_math's), counted
+        ref_lib = tvm.tirx.build(mod, target=ref_target)
     with _loaded([ref_lib], ref_target, remote if cpu else None) as ([rlib], dev):
         ref, _ = _run(rlib, mod["main"], dev, VERIFY_SEEDS)
     scheduled = default_schedule(mod, target, hw)
