@@ -23,9 +23,8 @@ import numpy as np
 import onnx
 
 from benchmarks import int8_models
-from benchmarks.nchwc import Row  # model, system, call, times_ms, info
 from benchmarks.systems import vm_runner
-from benchmarks.timing import interleave
+from benchmarks.timing import Row, interleave
 from tvm_fusion import compile_model, import_model, tune, zoo
 from tvm_fusion.reference import random_inputs
 
