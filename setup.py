@@ -37,7 +37,7 @@ setup(
     ],
     # matplotlib: the benchmark harness draws its chart (tests/test_benchmarks.py runs it).
     # cuobjdump + nvdisasm: tests/test_gpu.py reads the SASS of nvcc-built kernels (HMMA).
-    # threadpoolctl: benchmarks/gemm_probe.py and roofline.py report which OpenBLAS kernel runs.
+    # threadpoolctl: benchmarks/roofline.py reports which OpenBLAS kernel runs.
     # pytest-xdist: `make test` runs the suite on two workers, one per core (TVM on 1 thread).
     extras_require={"test": ["pytest>=7", "matplotlib>=3.7", "nvidia-cuda-cuobjdump",
                              "nvidia-cuda-nvdisasm", "nbclient>=0.10", "nbformat>=5.10",

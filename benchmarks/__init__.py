@@ -1,6 +1,7 @@
-"""Side-by-side benchmarks of tvm-fusion against its peers: ``python -m benchmarks.run``.
+"""The benchmark suite of tvm-fusion: ``python -m benchmarks <what> [args...]``.
 
-See ``benchmarks/README.md`` for usage and method.
+``python -m benchmarks --help`` lists the subcommands; ``benchmarks/README.md`` says what
+each measures and where its results go, ``benchmarks/RESULTS.md`` holds the runs.
 
 Importing this package sizes TVM's thread pool as tvm-fusion's entry points do
 (:func:`tvm_fusion.config.use_all_cores`: every core, unpinned, unless
@@ -8,6 +9,12 @@ Importing this package sizes TVM's thread pool as tvm-fusion's entry points do
 entry points, and must run them as tvm-fusion runs its kernels.
 """
 
+from pathlib import Path
+
 from tvm_fusion.config import use_all_cores
 
 use_all_cores()
+
+# Where a tool writes its results when no --out is given: outside the repository, beside
+# the model cache. Results enter the repository only as the tables of RESULTS.md.
+OUT_ROOT = Path.home() / ".cache" / "tvm-fusion" / "benchmarks"

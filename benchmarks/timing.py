@@ -13,6 +13,30 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Row:
+    """One system of one model, as :func:`interleave` times it.
+
+    Attributes
+    ----------
+    model, system : str
+        What is timed, for the table.
+    call : callable or None
+        One inference; a row without it is not timed.
+    times_ms : list of float
+        Every timed call, filled by :func:`interleave`.
+    info : dict
+        Anything else the table reports (trials, kernels, errors).
+    """
+
+    model: str
+    system: str
+    call: object = None
+    times_ms: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
 
 
 def interleave(rows, *, rounds: int = 5, slot_s: float = 0.3, warmup_s: float = 0.05,

@@ -7,7 +7,7 @@ a population of 16: its workers' start-up (importing ``tvm.s_tir.tensor_intrin``
 longer than that on a small machine, so its builds time out fast and its row is the
 unscheduled FuseOps build, with the timeouts and the population in its notes. That path
 is the one to check here; the tuned path is what the manual smoke runs in
-benchmarks/README.md show.
+benchmarks/METHODS.md show.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def test_pretrained_benchmark_smoke(tmp_path, capsys):
     Stock MetaSchedule's builder gets a 1 s timeout (shorter than its workers' start-up,
     see the module docstring): its builds all time out fast and its rows are FuseOps'
     unscheduled kernels, which is enough to check the structure; the tuned path is the
-    smoke run in benchmarks/README.md. One run of the benchmark's ``main`` in this process
+    smoke run in benchmarks/METHODS.md. One run of the benchmark's ``main`` in this process
     (the harness smoke above checks the fresh-process ``python -m`` path; this one's import
     would cost a fifth of it), then its ``--ms-from`` path and usage errors (no
     re-tuning).

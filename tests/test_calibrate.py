@@ -4,7 +4,7 @@ hash of a shipped description still apply, other hashes are refused with what to
 
 The probes themselves take a minute on this machine (four Relax builds and two large
 copies), so the suite runs one small copy probe and the CLI's refusals, not a full
-calibration (benchmarks/README.md has the command and its numbers).
+calibration (benchmarks/METHODS.md has the command and its numbers).
 """
 
 from __future__ import annotations

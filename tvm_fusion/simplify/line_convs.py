@@ -9,7 +9,7 @@ Magika's 256 -> 512 channel, k = 5 conv ran at 115 GFLOP/s, 46% of the FMA peak,
 MetaSchedule's SSRSRS tiling. Yet such a conv is a GEMM in disguise: positions x output
 channels, reduced over input channels x taps. In NHWC its output channels are the last
 axis and its positions the rows, which is the register tile's matmul; tuned alone it
-reached 233 GFLOP/s (93%; ``benchmarks/conv1d_probe.py``).
+reached 233 GFLOP/s (93%; benchmarks/RESULTS.md run 16).
 
 :class:`LineConvs` rewrites such convs as ``permute_dims`` -> NHWC (NWC) conv ->
 ``permute_dims`` back, the weight transposed once to HWIO (WIO). The transposes then
