@@ -185,11 +185,13 @@ def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path, monkeypatch):
     trials need not beat that one, and then no record is written (the default stays), so
     the record and its fresh-process replay would be tested only by luck."""
     from tvm_fusion import load_target, tune
-    from tvm_fusion.tune import verify
+    from tvm_fusion.tune import driver, verify
 
     if not {"avx512_vnni"} & set(load_target("host").features):
         pytest.skip("this CPU has no AVX-512 VNNI")
     monkeypatch.setattr(verify, "default_schedule", lambda mod, target, hw=None: mod)
+    # against the loops, not the rules' default either (tune.driver._baseline)
+    monkeypatch.setattr(driver, "_baseline", lambda space, target: None)
     proto = oc.u8_matmul_integer()
     model = import_model(proto)
     report = tune(model, "host", trials=4, logs=tmp_path, progress=False, trials_per_batch=4)
@@ -315,9 +317,11 @@ def test_zero_point_pad_is_the_depthwise_convs_prologue_and_its_kernels_tune(
     no candidate is wrong, both convs get a verified record, and the output equals ONNX
     Runtime's."""
     from tvm_fusion import tune
-    from tvm_fusion.tune import verify
+    from tvm_fusion.tune import driver, verify
 
     monkeypatch.setattr(verify, "default_schedule", lambda mod, target, hw=None: mod)
+    # against the loops, not the rules' default either (tune.driver._baseline)
+    monkeypatch.setattr(driver, "_baseline", lambda space, target: None)
     proto = oc.qdq_convs(depthwise=True)
     model = import_model(proto)
     report = tune(model, "host", trials=12, logs=tmp_path, progress=False, trials_per_batch=4,
