@@ -42,6 +42,7 @@ def split_decisions(graph, plan, hw, compiled) -> list[dict]:
     from tvm_fusion.gpu.resources import compiled_resources
     from tvm_fusion.plan import AnalyticalCostModel
     from tvm_fusion.plan.cost_planner import CostPlanner, describe_groups
+    from tvm_fusion.plan.duplicate import groups_acyclic
     from tvm_fusion.plan.fusion_plan import FusedGroup
     from tvm_fusion.plan.horizontal import components
 
@@ -61,7 +62,7 @@ def split_decisions(graph, plan, hw, compiled) -> list[dict]:
     partition = {g.name: [frozenset(g.nodes)] for g in plan.groups}
     for name in list(splits):
         trial = {**partition, name: splits[name]}
-        if _acyclic(graph, [p for parts in trial.values() for p in parts]):
+        if groups_acyclic(graph, [p for parts in trial.values() for p in parts]):
             partition = trial
         else:
             del splits[name]
@@ -99,31 +100,6 @@ def split_decisions(graph, plan, hw, compiled) -> list[dict]:
             "anchor_shared_bytes": res(parts[0]).shared_bytes,
             "anchor_blocks_per_unit": parts[0].blocks_per_unit})
     return rows
-
-
-def _acyclic(graph, groups) -> bool:
-    """Whether ``groups`` (a partition of ``graph``'s nodes) form an acyclic quotient."""
-    where = {n: i for i, g in enumerate(groups) for n in g}
-    succ = {i: set() for i in range(len(groups))}
-    for node in graph.nodes:
-        for src in node.inputs:
-            a, b = where[src], where[node.id]
-            if a != b:
-                succ[a].add(b)
-    indeg = {i: 0 for i in succ}
-    for outs in succ.values():
-        for b in outs:
-            indeg[b] += 1
-    ready = [i for i, k in indeg.items() if k == 0]
-    seen = 0
-    while ready:
-        i = ready.pop()
-        seen += 1
-        for b in succ[i]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                ready.append(b)
-    return seen == len(groups)
 
 
 def run(model, name: str, targets, decisions: bool = False) -> dict:

@@ -131,21 +131,26 @@ def test_a_kernel_that_hangs_is_killed_by_the_runner_and_logged(tmp_path):
     assert "killed after 1.0 seconds" in row["error"] and "--run-timeout" in row["error"]
 
 
+def _fresh_state(tmp_path, workload, name, baseline=None) -> TuneState:
+    """A tuning state of one task with no record yet."""
+    from tvm_fusion.tune.progress import Progress
+
+    entry = {"trials": 0, "plan": {"hash": "p"}}
+    task = SimpleNamespace(dispatched=[workload], task_name=name, weight=1)
+    return TuneState(tasks=[task], target=tf.load_target("host").tvm_target(),
+                     accepted=open_database(tmp_path, create=True), tdir=tmp_path,
+                     progress=Progress(1, enabled=False), manifest={"models": {"m": entry}},
+                     entry=entry, baseline=baseline)
+
+
 def test_with_no_record_a_candidate_no_faster_than_the_default_makes_the_default_the_record(
         tmp_path):
     """A task with no record whose best candidate of a batch the verifier times no faster
     than the default loops: the default is committed as the record (its run_secs the
     candidate's, scaled by the side-by-side ratio), so compile deploys what measured
     fastest, not a cost-model pick; a later batch must beat it."""
-    from tvm_fusion.tune.progress import Progress
-
-    target = tf.load_target("host").tvm_target()
     workload = _workload()
-    entry = {"trials": 0, "plan": {"hash": "p"}}
-    task = SimpleNamespace(dispatched=[workload], task_name="sigmoid", weight=1)
-    st = TuneState(tasks=[task], target=target, accepted=open_database(tmp_path, create=True),
-                   tdir=tmp_path, progress=Progress(1, enabled=False),
-                   manifest={"models": {"m": entry}}, entry=entry)
+    st = _fresh_state(tmp_path, workload, "sigmoid")
     st.verifier = _GivenTimings(record_us=400.0, default_us=200.0)
     sch = tvm.s_tir.Schedule(workload)
     _, j = sch.get_loops(sch.get_sblock("y"))
@@ -179,16 +184,11 @@ def test_a_record_must_beat_the_rule_default_which_becomes_the_record_where_it_w
     than it (here the plain loops themselves) is not committed, and the rule default,
     checked against the reference, becomes the record, which replays its schedule."""
     from tvm_fusion.tune.driver import _baseline, _resolve_space
-    from tvm_fusion.tune.progress import Progress
 
     target = tf.load_target("host").tvm_target()
     workload = _matmul_relu()
-    entry = {"trials": 0, "plan": {"hash": "p"}}
-    task = SimpleNamespace(dispatched=[workload], task_name="mm", weight=1)
-    st = TuneState(tasks=[task], target=target, accepted=open_database(tmp_path, create=True),
-                   tdir=tmp_path, progress=Progress(1, enabled=False),
-                   manifest={"models": {"m": entry}}, entry=entry,
-                   baseline=_baseline(_resolve_space(None, target), target))
+    st = _fresh_state(tmp_path, workload, "mm",
+                      baseline=_baseline(_resolve_space(None, target), target))
     plain = ms.MeasureCandidate(tvm.s_tir.Schedule(workload),
                                 ms.arg_info.ArgInfo.from_prim_func(workload["main"]))
     result = SimpleNamespace(error_msg=None, run_secs=[1e-3] * 3)

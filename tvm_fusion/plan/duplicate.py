@@ -61,7 +61,7 @@ class Duplication:
                 f"{self.before_us:.2f} us for the kernels involved")
 
 
-def _acyclic(graph, groups) -> bool:
+def groups_acyclic(graph, groups) -> bool:
     """Whether the kernels can run in some order (a reader of a node no copy of which
     is in its own group waits for the first group that computes it)."""
     first = {}
@@ -155,7 +155,7 @@ def duplicate_producers(planner, groups) -> tuple[list[frozenset], list[Duplicat
             trial[i] = g
         if rest is not None:
             trial[home] = rest or None
-        if not _acyclic(graph, [g for g in trial if g is not None]):
+        if not groups_acyclic(graph, [g for g in trial if g is not None]):
             continue
         groups = trial
         copies |= chain
