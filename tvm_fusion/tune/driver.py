@@ -502,6 +502,10 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
     def on_sigint(signum, frame):
         if state.stop:  # second Ctrl-C: stop now
             aborted.append(True)  # raised inside MetaSchedule, it comes back a RuntimeError
+            # until the abort has unwound, further interrupts (the terminal's reach every
+            # process of the group; TVM re-raises its dying workers') are dropped: one
+            # landing in a weakref callback during teardown printed a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             raise KeyboardInterrupt
         state.stop = True
         state.progress.stream.write(
