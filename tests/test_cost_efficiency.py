@@ -127,6 +127,79 @@ def test_cpu_bytes_within_the_llc_move_at_the_cache_rate_and_small_kernels_run_s
     assert slow.group_cost([big.id]).memory_us == plain.group_cost([big.id]).memory_us
 
 
+def _access_case():
+    """How kernels read x[1, 32, 24, 24]: a global mean over H, W (along the innermost
+    axis), a 2x2 max pool and a sum over C (vectors along the kept W), a transpose of H
+    and W (across the innermost axis) and one of N and C (W stays innermost), and a 1x1
+    conv whose result is transposed (a GEMM with a strided epilogue)."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["gap"], axes=[2, 3], keepdims=1),
+             helper.make_node("MaxPool", ["x"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("ReduceSum", ["x", "ax1"], ["csum"], keepdims=1),
+             helper.make_node("Transpose", ["x"], ["hw"], perm=[0, 1, 3, 2]),
+             helper.make_node("Transpose", ["x"], ["nc"], perm=[1, 0, 2, 3]),
+             helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 3, 1])]
+    inits = [_w("w", [32, 32, 1, 1], 4),
+             numpy_helper.from_array(np.array([1], dtype="int64"), "ax1")]
+    model = _model(nodes, [("x", [1, 32, 24, 24])],
+                   [("gap", [1, 32, 1, 1]), ("pool", [1, 32, 12, 12]), ("csum", [1, 1, 24, 24]),
+                    ("hw", [1, 32, 24, 24]), ("nc", [32, 1, 24, 24]), ("ct", [1, 24, 24, 32])],
+                   inits, name="access", simplify=False)
+    return tf.build_graph(model.mod)
+
+
+def test_how_a_kernel_reads_picks_its_share_of_the_copy_rate():
+    from tvm_fusion.plan.op_info import graph_info
+    graph = _access_case()
+    infos = graph_info(graph)
+    gap, pool, csum = _node(graph, "mean"), _node(graph, "max_pool"), _node(graph, "sum")
+    hw_t, nc_t, ct = (_node(graph, "transpose", k) for k in range(3))
+    conv = _node(graph, "conv2d")
+    assert infos[gap.id].horizontal
+    assert not infos[pool.id].horizontal and not infos[csum.id].horizontal
+    assert infos[hw_t.id].strided and infos[ct.id].strided and not infos[nc_t.id].strided
+    hw = tf.load_target("x86_zen4")
+    shares = dict(gemm=0.5, depthwise=0.5, vector=0.5)
+    plain = AnalyticalCostModel(graph, with_cpu_efficiency(hw, CpuEfficiency(**shares)))
+    cm = AnalyticalCostModel(graph, with_cpu_efficiency(hw, CpuEfficiency(
+        **shares, reduction=0.25, reduction_vector=0.5, strided=0.4)))
+    kinds = {"reduction": [gap.id], "reduction_vector": [pool.id], None: [nc_t.id],
+             "strided": [hw_t.id]}
+    for kind, group in kinds.items():
+        assert cm.memory_kind(group) == kind
+    assert cm.memory_kind([conv.id]) is None and cm.memory_kind([conv.id, ct.id]) == "strided"
+    for group, share in (([gap.id], 0.25), ([pool.id], 0.5), ([csum.id], 0.5),
+                         ([hw_t.id], 0.4), ([nc_t.id], 1.0)):
+        assert cm.group_cost(group).memory_us == pytest.approx(
+            plain.group_cost(group).memory_us / share), group
+    # a GEMM whose epilogue transposes runs its FLOPs at the share too
+    fused = [conv.id, ct.id]
+    assert cm.group_cost(fused).compute_us == pytest.approx(
+        plain.group_cost(fused).compute_us / 0.4)
+    assert cm.group_cost([conv.id]).compute_us == plain.group_cost([conv.id]).compute_us
+
+
+def test_the_fit_recovers_the_bandwidth_shares():
+    # FLOPs far faster than bytes, so every kernel is memory-bound and each bandwidth
+    # share shows in the times (a free vector share could otherwise absorb them)
+    import dataclasses
+    graph = _access_case()
+    zen4 = tf.load_target("x86_zen4")
+    hw = dataclasses.replace(zen4, peak_flops={k: v * 1e4 for k, v in zen4.peak_flops.items()})
+    shares = dict(gemm=0.5, depthwise=0.5, vector=0.5)
+    truth = CpuEfficiency(**shares, reduction=0.25, reduction_vector=0.6, strided=0.4)
+    cm = AnalyticalCostModel(graph, with_cpu_efficiency(hw, truth))
+    base = AnalyticalCostModel(graph, with_cpu_efficiency(hw, CpuEfficiency(**shares)))
+    groups = [[_node(graph, op).id] for op in ("mean", "max_pool", "sum")] + \
+        [[_node(graph, "transpose").id]]
+    recs = [KernelRecord(model="access", kernel=str(g), nodes=tuple(g), cost_model=base,
+                         logs="", meas_us=cm.group_cost(g).total_us - vm_call_us(hw))
+            for g in groups]
+    fit = fit_cpu_efficiency(efficiency_terms(recs))
+    for key in ("reduction", "reduction_vector", "strided"):
+        assert getattr(fit, key) == pytest.approx(getattr(truth, key), rel=0.04), key
+
+
 def test_pow_by_a_constant_llvm_folds_is_no_libm_call():
     from tvm_fusion.plan.op_info import CALL_FLOPS, graph_info
     two = helper.make_tensor("two", 1, [], [2.0])

@@ -46,8 +46,9 @@ OPTIONAL_FLOAT_FIELDS = ("call_overhead_us", "cache_bandwidth_gbs")
 # gemm, depthwise, vector in (0, 1]; accumulators >= 1.
 CPU_EFFICIENCY_KEYS = ("gemm", "depthwise", "vector", "accumulators")
 # and optionally conv_nchw (a conv vectorized along W in NCHW; absent: the gemm share)
-# and reduction (the copy rate's share a reduction's bytes move at; absent: 1)
-CPU_EFFICIENCY_OPTIONAL = ("conv_nchw", "reduction")
+# and the copy rate's shares a kernel's bytes move at by how it reads them (a reduction
+# along the innermost axis, one over an outer axis, a transpose; absent: 1)
+CPU_EFFICIENCY_OPTIONAL = ("conv_nchw", "reduction", "reduction_vector", "strided")
 OPTIONAL_MAPPING_FIELDS = ("cpu_efficiency",)
 PLAIN_FIELDS = ("name", "description", "family")  # strings without a source
 # What a calibration measures or fits (`tvm-fusion calibrate`): the cost model's view of the

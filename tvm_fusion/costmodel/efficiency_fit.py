@@ -4,8 +4,9 @@ measured tuned kernels.
 A group's compute time is linear in the reciprocals of the four compute shares:
 ``compute = c_gemm / gemm + c_depthwise / depthwise + c_vector / vector + c_conv_nchw /
 conv_nchw`` (``c_*``: its FLOPs of each kind at peak, after lane and accumulator use),
-and a reduction-led group's memory time is its bytes' time at the copy rate over the
-fifth, ``reduction``.
+and its memory time is its bytes' time at the copy rate, over one of the three
+bandwidth shares (``reduction``, ``reduction_vector``, ``strided``) for a kernel of that
+memory kind (:meth:`~tvm_fusion.plan.AnalyticalCostModel.memory_kind`).
 :func:`efficiency_terms` reads the ``c_*`` of every record from the analytical model
 itself (five evaluations
 of the group, so recomputed FLOPs and every rule count as the planner counts them), and
@@ -26,11 +27,10 @@ import numpy as np
 
 from ..errors import CostModelError
 from ..plan import AnalyticalCostModel
-from ..plan.cpu_efficiency import CpuEfficiency
+from ..plan.cpu_efficiency import MEMORY_KINDS, CpuEfficiency
 from .group_data import KernelRecord, vm_call_us
 
 SHARES = ("gemm", "depthwise", "vector", "conv_nchw")
-MEMORY_SHARE = "reduction"  # divides a reduction-led group's memory time
 _GRID = np.exp(np.linspace(np.log(0.005), 0.0, 161))  # candidate shares, 0.5% .. 100%
 ROUNDS = 6
 
@@ -51,7 +51,7 @@ class EfficiencyTerms:
 
     c: np.ndarray          # (records, 4): c_gemm, c_depthwise, c_vector, c_conv_nchw
     memory: np.ndarray     # at the full copy rate
-    reduction: np.ndarray  # bool: a reduction-led group (its memory over the fifth share)
+    memory_kind: np.ndarray  # int: 0 the copy rate, k the share MEMORY_KINDS[k - 1]
     frac: np.ndarray       # the parallel schedule's
     launch: np.ndarray     # the parallel schedule's
     call: np.ndarray
@@ -62,16 +62,24 @@ class EfficiencyTerms:
     def predict(self, eff: CpuEfficiency) -> np.ndarray:
         """Kernel-alone times (us) the analytical model gives with ``eff``."""
         shares = np.array([eff.nchw_conv if k == "conv_nchw" else getattr(eff, k)
-                           for k in SHARES] + [eff.reduction_memory])
+                           for k in SHARES] + [eff.memory_share(k) for k in MEMORY_KINDS])
         return self._predict(shares)
 
     def _predict(self, shares: np.ndarray) -> np.ndarray:
         compute = (self.c / shares[:len(SHARES)]).sum(axis=1)
-        memory = np.where(self.reduction, self.memory / shares[len(SHARES)], self.memory)
+        share = np.append(1.0, shares[len(SHARES):])[self.memory_kind]
+        memory = self.memory / share
+        # a strided kernel's FLOPs run at its share too (AnalyticalCostModel.memory_kind)
+        compute = np.where(self.memory_kind == _memory_index("strided"), compute / share,
+                           compute)
         parallel = np.maximum(compute, memory) / self.frac + self.launch
         serial = np.maximum(compute * self.units,  # as group_cost
                             np.where(self.in_l2, memory, memory * self.units)) + self.call
         return np.maximum(np.minimum(parallel, serial) - self.call, 1e-3)
+
+
+def _memory_index(kind: str | None) -> int:
+    return 0 if kind is None else MEMORY_KINDS.index(kind) + 1
 
 
 def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
@@ -86,14 +94,13 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
         for shares in [(1,) * len(SHARES)] + [tuple(0.5 if j == k else 1 for j in
                                                    range(len(SHARES)))
                                              for k in range(len(SHARES))]:
-            eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators,
-                                reduction=1.0)
+            eff = CpuEfficiency(**dict(zip(SHARES, shares)), accumulators=accumulators)
             cm = AnalyticalCostModel(r.cost_model.graph, with_cpu_efficiency(hw, eff),
                                      r.cost_model.infos)
             models.append(cm.group_cost(r.nodes))
         base, units = models[0], max(hw.compute_units, 1)
         rows.append(([m.compute_us - base.compute_us for m in models[1:]], base.memory_us,
-                     cm.reduction_led(r.nodes), min(1.0, base.tiles / units),
+                     _memory_index(cm.memory_kind(r.nodes)), min(1.0, base.tiles / units),
                      cm.launch_us(r.nodes), vm_call_us(hw), r.meas_us, units,
                      cm.footprint(r.nodes, spill_bytes=base.spill_bytes)
                      <= cm.core_l2_bytes()))
@@ -102,7 +109,7 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
                              "pass tuning logs of a CPU target (tvm-fusion tune --logs DIR)")
     cols = list(zip(*rows))
     return EfficiencyTerms(c=np.array(cols[0], dtype=float),
-                           reduction=np.array(cols[2], dtype=bool),
+                           memory_kind=np.array(cols[2], dtype=int),
                            in_l2=np.array(cols[-1], dtype=bool),
                            **{k: np.array(v, dtype=float) for k, v in zip(
                                ("memory", "frac", "launch", "call", "meas", "units"),
@@ -115,32 +122,34 @@ def fit_cpu_efficiency(terms: EfficiencyTerms, *, accumulators: float = 8.0,
 
     A kind no record has (no depthwise conv) keeps share 1 divided into nothing: its
     value is left at the median of the others' (it does not change any prediction);
-    ``conv_nchw`` is left out (None: such convs take the ``gemm`` share), and so is
-    ``reduction`` (None: 1).
+    ``conv_nchw`` is left out (None: such convs take the ``gemm`` share), and so is a
+    bandwidth share no record has (None: 1).
     """
     log_meas = np.log(terms.meas)
-    shares = np.full(len(SHARES) + 1, 0.3)
-    shares[-1] = 1.0
+    shares = np.full(len(SHARES) + len(MEMORY_KINDS), 0.3)
+    shares[len(SHARES):] = 1.0
 
     def loss(s):
         return np.abs(np.log(terms._predict(s)) - log_meas).mean()
 
-    present = np.append(terms.c.sum(axis=0) > 0, terms.reduction.any())
+    present = np.append(terms.c.sum(axis=0) > 0,
+                        [(terms.memory_kind == k + 1).any() for k in range(len(MEMORY_KINDS))])
     for _ in range(ROUNDS):
         for k in np.flatnonzero(present):
             trial = np.repeat(shares[None, :], len(_GRID), axis=0)
             trial[:, k] = _GRID
             losses = np.array([loss(t) for t in trial])
             # of equal losses (a share no record's time depends on), the one nearest the
-            # start (0.3, or 1 for the memory share): never the grid's 0.5% by default
+            # start (0.3, or 1 for a memory share): never the grid's 0.5% by default
             ties = np.flatnonzero(losses <= losses.min() + 1e-12)
             shares[k] = _GRID[ties[np.argmin(np.abs(np.log(_GRID[ties] / shares[k])))]]
     compute = present[:len(SHARES)]
     if compute.any() and not compute.all():
         shares[:len(SHARES)][~compute] = float(np.median(shares[:len(SHARES)][compute]))
-    fitted = {k: float(v) for k, v in zip(SHARES + (MEMORY_SHARE,), shares)}
+    fitted = {k: float(v) for k, v in zip(SHARES + MEMORY_KINDS, shares)}
     if not present[SHARES.index("conv_nchw")]:
         fitted["conv_nchw"] = None  # no NCHW conv measured: such convs take the gemm share
-    if not present[-1]:
-        fitted[MEMORY_SHARE] = None  # no reduction measured: bytes at the copy rate
+    for k, kind in enumerate(MEMORY_KINDS):
+        if not present[len(SHARES) + k]:
+            fitted[kind] = None  # no such kernel measured: its bytes at the copy rate
     return CpuEfficiency(**fitted, accumulators=accumulators, source=source)

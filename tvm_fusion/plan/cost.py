@@ -503,11 +503,28 @@ class AnalyticalCostModel:
         """CPUs: one core's L2, which one core alone moves its bytes through."""
         return self.hw.l2_bytes_per_unit or 0
 
-    def reduction_led(self, members) -> bool:
-        """Whether a group's main operator is a reduction (no contraction in it): its
-        bytes move at the ``reduction`` share of the copy rate (:mod:`.cpu_efficiency`)."""
-        roles = {self.infos[n].role for n in members}
-        return "reduction" in roles and "contraction" not in roles
+    def memory_kind(self, members) -> str | None:
+        """CPUs: which share of the copy rate a group's bytes move at
+        (:data:`~.cpu_efficiency.MEMORY_KINDS`), None for the copy rate itself.
+
+        A group with a member that reads across the innermost axis (a transpose, a
+        layout change) is ``strided``, a GEMM or conv with such an epilogue too: its
+        stores scatter out of the register tile, and such kernels ran 1.5-3.7x over
+        their contraction's time (12 of 13 in the corpus, benchmarks/RESULTS.md run 23);
+        at this share its FLOPs run as well. Else a group led by a reduction (no
+        contraction in it) takes its largest reduction's kind: ``reduction`` along the
+        innermost axis, else ``reduction_vector``. The rest stream at the copy rate.
+        """
+        infos = [self.infos[n] for n in members]
+        if any(i.strided for i in infos):
+            return "strided"
+        if any(i.role == "contraction" for i in infos):
+            return None
+        reductions = [i for i in infos if i.role == "reduction"]
+        if not reductions:
+            return None
+        return "reduction" if max(reductions, key=lambda i: i.in_bytes).horizontal \
+            else "reduction_vector"
 
     def call_us(self) -> float:
         """CPUs: the VM's call of one serial kernel (``call_overhead_us``, else
@@ -568,8 +585,12 @@ class AnalyticalCostModel:
         launch_us = self.launch_us(members)
         gpu, tiles, dynamic = {}, terms.tiles, False
         if hw.family == "cpu":
-            if self.cpu_efficiency is not None and self.reduction_led(members):
-                memory_us /= self.cpu_efficiency.reduction_memory
+            if self.cpu_efficiency is not None:
+                kind = self.memory_kind(members)
+                share = self.cpu_efficiency.memory_share(kind)
+                memory_us /= share
+                if kind == "strided":
+                    compute_us /= share
             units = max(hw.compute_units, 1)
             frac = min(1.0, terms.tiles / units)
             # one core alone: its share of the FLOP rate, and of the bandwidth unless

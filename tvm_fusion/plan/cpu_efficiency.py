@@ -27,11 +27,16 @@ a number that far off. On CPUs an op's FLOPs now run at
     channels, so loads, not FMAs, bound it.
 ``vector`` for elementwise and reduction FLOPs (``estimate_tir_flops`` counts an
     ``exp`` or ``erf`` as one FLOP; a softmax or GELU costs far more per element).
-``reduction``, a share of bandwidth, not of FLOPs: a kernel whose main operator is a
-    reduction (a global average pool, a layer norm's mean) moves its bytes at this
-    share of the rate a copy reaches. Its rows are too short, or strided, to stream:
-    the memory-bound means of six models of the corpus ran 1.4-5.7x over a copy of
-    their bytes (benchmarks/RESULTS.md run 21). A target file without it uses 1.
+``reduction``, ``reduction_vector``, ``strided``: shares of bandwidth, not of FLOPs.
+    A kernel moves its bytes at one of them times the rate a copy reaches: one whose
+    main operator is a reduction along its input's innermost axis (a layer norm's
+    mean, an NCHW global pool: ``OpInfo.horizontal``) at ``reduction``; one whose main
+    operator reduces over an outer axis (a pool window, an NCHW16c mean, a sum over
+    rows: vectors along the kept innermost axis) at ``reduction_vector``; an elementwise
+    kernel that reads across the innermost axis (a transpose or layout change:
+    ``OpInfo.strided``) at ``strided``. Measured on the corpus: 15-58 GB/s, 42-290 GB/s
+    and 1.6-10x under a copy of their bytes (benchmarks/RESULTS.md runs 21 and 23). A
+    target file without one uses 1 for it.
 
 The shares are dimensionless, so one set carries across CPUs of a family; the
 peak, lanes and registers are the target's. A target file may carry its own
@@ -47,7 +52,9 @@ from dataclasses import dataclass
 
 from ..targets import CPU_EFFICIENCY_KEYS, CPU_EFFICIENCY_OPTIONAL
 
-OPERAND_REGISTERS = 4  # vector registers a register tile keeps for A, B and addresses
+OPERAND_REGISTERS = 4
+# the bandwidth shares, by the kind of kernel that moves its bytes at each
+MEMORY_KINDS = ("reduction", "reduction_vector", "strided")  # vector registers a register tile keeps for A, B and addresses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,16 +78,19 @@ class CpuEfficiency:
     source: str = ""
     conv_nchw: float | None = None  # None: ``gemm``
     reduction: float | None = None  # None: 1
+    reduction_vector: float | None = None  # None: 1
+    strided: float | None = None  # None: 1
 
     @property
     def nchw_conv(self) -> float:
         """The share of a conv vectorized along W in NCHW (``gemm`` when not fitted)."""
         return self.gemm if self.conv_nchw is None else self.conv_nchw
 
-    @property
-    def reduction_memory(self) -> float:
-        """The share of the copy rate a reduction's bytes move at (1 when not fitted)."""
-        return 1.0 if self.reduction is None else self.reduction
+    def memory_share(self, kind: str | None) -> float:
+        """The share of the copy rate the bytes of a kernel of memory ``kind`` move at
+        (one of :data:`MEMORY_KINDS`; None, or a share not fitted: 1)."""
+        share = None if kind is None else getattr(self, kind)
+        return 1.0 if share is None else share
 
     def to_json(self) -> dict[str, float]:
         """The values as a target file's ``cpu_efficiency`` holds them."""

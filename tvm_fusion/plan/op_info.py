@@ -27,6 +27,19 @@ Read from the operator's PrimFunc in the legalized module:
     a ``pow`` whose constant exponent LLVM folds: 1, 2, 0.5, -1) less one, times the
     calling block's iterations. chars2vec's LSTM cells (sigmoid, tanh)
     were priced 9-74x under (benchmarks/RESULTS.md run 14).
+``horizontal``
+    A reduction along its main input's innermost (contiguous) axis: a layer norm's or
+    an NCHW global pool's mean. Each row sums into one scalar, so its loads cannot be
+    kept in vector lanes of independent outputs; a reduction over an outer axis (an
+    NCHW16c mean, a sum over rows) or a pool window (its innermost index also follows
+    the output's: ``w * stride + rw``) vectorizes along the kept innermost axis.
+    Measured: 15-58 GB/s for the former, 42-290 GB/s for the latter, against a copy's
+    133 (benchmarks/RESULTS.md run 23).
+``strided``
+    An elementwise op that reads an input across its innermost axis: the innermost
+    index of some input it reads does not follow the innermost index of what it writes
+    (a transpose or layout change that moves the innermost axis: NCHW to NCHW16c and
+    back). Each vector of its output gathers from as many cache lines.
 ``fills``
     Some of its output elements read none of its inputs, or another input than the
     rest (a pad's border, a concatenate): its stored value selects with
@@ -72,6 +85,8 @@ class OpInfo:
     out_elems: int = 1
     dtype_bytes: int = 4
     fills: bool = False
+    horizontal: bool = False
+    strided: bool = False
     transcendental: float = 0.0
     nchw_conv: bool = False  # a conv in NCHW: TOPI's conv2d_nchw / group_conv2d_nchw block
 
@@ -131,6 +146,33 @@ def _selects(func) -> bool:
     return any("if_then_else" in str(b.body) for b in blocks)
 
 
+def _uses(expr, var) -> bool:
+    """Whether index expression ``expr`` mentions iterator ``var`` (by its name)."""
+    return re.search(rf"\b{re.escape(var.name)}\b", str(expr)) is not None
+
+
+def _strided(func) -> bool:
+    """Whether a block of ``func`` reads an input across its innermost axis (see
+    ``strided`` in the module docstring): an input whose innermost extent is over 1
+    and whose innermost index does not use the iterator of the output's innermost
+    index."""
+    blocks, allocs = _blocks(func)
+    for b in blocks:
+        if len(b.writes) != 1 or not b.writes[0].region:
+            continue
+        inner = [iv.var for iv in b.iter_vars if _uses(b.writes[0].region[-1].min, iv.var)]
+        if not inner:
+            continue
+        for r in b.reads:
+            if r.source.name in allocs or not r.region:
+                continue
+            extent = r.source.shape[-1]
+            if isinstance(extent, tvm.tirx.IntImm) and int(extent) > 1 and \
+                    not any(_uses(r.region[-1].min, v) for v in inner):
+                return True
+    return False
+
+
 def _reduced_operands(block, reduce_ivs) -> set[str]:
     """Buffers a block reads along a reduce iterator: two for a GEMM/conv (A[i, k] and
     B[k, j]), one for sum/softmax/layer norm (which also read per-row statistics)."""
@@ -156,8 +198,9 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
             node.kind == "elemwise" and any(graph.nodes[i].shape != node.shape
                                             for i in node.inputs))) \
             and _selects(graph.mod[node.op])
+        strided = not node.library and node.kind == "injective" and _strided(graph.mod[node.op])
         return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes,
-                      fills=fills, transcendental=math)
+                      fills=fills, strided=strided, transcendental=math)
     if node.kind not in ("reduction", "gemm"):
         return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes,
                       transcendental=math)
@@ -169,7 +212,7 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
     main = max(inputs.values(), key=lambda buf: _elems(buf.shape))
     in_elems = _elems(main.shape)
     readers = {b.name_hint for b in blocks if any(r.source.name == main.name for r in b.reads)}
-    role, reduce_len = "reduction", 0
+    role, reduce_len, horizontal = "reduction", 0, False
     for b in blocks:
         red_ivs = [iv for iv in b.iter_vars if int(iv.iter_type) == _REDUCE_ITER]
         if not red_ivs:
@@ -180,9 +223,18 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
             break
         if b.name_hint in readers and not reduce_len:
             reduce_len = int(np.prod(red))
+            # the innermost index runs along a reduce iterator only (a pool's window
+            # index, ``w * stride + rw``, also follows an output axis: it vectorizes)
+            horizontal = any(
+                r.source.name == main.name and r.region
+                and any(_uses(r.region[-1].min, iv.var) for iv in red_ivs)
+                and not any(_uses(r.region[-1].min, iv.var) for iv in b.iter_vars
+                            if int(iv.iter_type) != _REDUCE_ITER)
+                for r in b.reads)
     reduce_len = reduce_len or max(in_elems // max(out_elems, 1), 1)
     return OpInfo(role=role, passes=len(readers) if role == "reduction" else 1,
                   reduce_len=reduce_len, transcendental=math,
+                  horizontal=role == "reduction" and horizontal,
                   nchw_conv=any(b.name_hint in _NCHW_CONV_BLOCKS for b in blocks),
                   rows=max(in_elems // reduce_len, 1) if role == "reduction" else 1,
                   in_bytes=in_elems * max(tvm.DataType(main.dtype).bits // 8, 1),
