@@ -200,6 +200,30 @@ def test_the_fit_recovers_the_bandwidth_shares():
         assert getattr(fit, key) == pytest.approx(getattr(truth, key), rel=0.04), key
 
 
+def test_a_gemm_fused_into_a_softmax_of_its_rows_rereads_a_weight_beyond_l2():
+    """A classifier head: x[40, 120] @ w[120, N], softmax over N. Fused, the GEMM runs
+    row by row, and a weight larger than one core's L2 (N = 4096: 1.9 MiB) streams
+    through the LLC once per row; one that fits (N = 1024: 480 KiB) stays."""
+    hw = tf.load_target("x86_zen4")
+    for n, reread in ((4096, True), (1024, False)):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+                 helper.make_node("Softmax", ["y"], ["p"], axis=-1)]
+        model = _model(nodes, [("x", [40, 120])], [("p", [40, n])], [_w("w", [120, n], 5)],
+                       name=f"head{n}", simplify=False)
+        graph = tf.build_graph(model.mod)
+        cm = AnalyticalCostModel(graph, hw)
+        mm, sm = _node(graph, "matmul"), _node(graph, "softmax")
+        fused = cm.group_cost([mm.id, sm.id])
+        apart = [cm.group_cost([mm.id]), cm.group_cost([sm.id])]
+        weight = 120 * n * 4
+        extra = 39 * weight / (hw.cache_bandwidth_gbs * 1e3)
+        if reread:
+            assert fused.memory_us >= extra
+            assert fused.total_us > sum(c.total_us for c in apart)  # kept apart
+        else:
+            assert fused.memory_us < extra / 4
+
+
 def test_pow_by_a_constant_llvm_folds_is_no_libm_call():
     from tvm_fusion.plan.op_info import CALL_FLOPS, graph_info
     two = helper.make_tensor("two", 1, [], [2.0])
