@@ -1,10 +1,11 @@
 """The manifest of a tuning-log target directory (``LOGS/<target>/manifest.json``).
 
 :class:`Manifest` and :class:`ModelEntry` are the typed reading of the file; this module
-is the one place that parses it, checks it against the hardware, and writes it (atomic,
-under the directory lock, merged with what other processes wrote meanwhile).
+is the one place that turns its JSON into them, checks it against the hardware, and
+writes it (atomic, under the directory lock, merged with what other processes wrote
+meanwhile).
 
-The file, as every tvm-fusion version since schema 1 writes it::
+The file (schema 1)::
 
     {"schema": "tvm-fusion/logs", "version": 1, "tvm": "0.27.0...", "tvm_fusion": "...",
      "target": {"name", "key", "tvm", "hardware_hash"},
