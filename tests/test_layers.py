@@ -40,8 +40,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("graph", ("graph", "graph.*")),
     ("plan", ("plan", "plan.*")),
     # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
-    ("logs database", ("tune.logdb", "tune.logs", "logtools")),
-    ("gpu building blocks, costmodel", ("gpu", "gpu.*", "costmodel", "costmodel.*")),
+    ("logs database", ("tune.logdb", "tune.logs", "tune.manifest", "logtools")),
+    # GPU schedules, resources and limits: kernels plans them with compiled resources.
+    ("gpu building blocks", ("gpu", "gpu.*")),
+    # Model + logs -> the kernels to tune or build. tune.schedulable (a plan MetaSchedule
+    # can schedule, outlined) and tune.prepack (layout-free weights) are its steps.
+    ("kernels", ("kernels", "kernels.*", "tune.schedulable", "tune.prepack")),
+    # The cost model's training data re-imports tuned models through kernels.
+    ("costmodel", ("costmodel", "costmodel.*")),
     ("tune", ("tune.*",)),
     ("deploy", ("deploy", "deploy.*")),
     ("offline, explore", ("offline", "offline.*", "explore", "explore.*")),
@@ -210,6 +216,10 @@ def test_the_checker_sees_what_it_must():
         ["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
     assert _layer_of("tune.logs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
+    assert (_layer_of("tune.manifest") < _layer_of("gpu.resources")
+            < _layer_of("kernels.prepare") < _layer_of("costmodel.group_data")
+            < _layer_of("tune.driver") < _layer_of("deploy.build"))
+    assert _layer_of("tune.prepack") == _layer_of("tune.schedulable") == _layer_of("kernels")
     reads = [_reads_a_variable(ast.parse(code).body[0].value) for code in (
         "os.environ.get('X')", "os.environ['X']", "os.getenv('X')", "'X' in os.environ",
         "dict(os.environ)")]

@@ -33,8 +33,8 @@ from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, run_onnxruntime
 from tvm_fusion.tune.logdb import (RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, DirLock,
                                    LogDatabase, is_measured, read_run_times, write_database)
-from tvm_fusion.tune.logs import (fresh_manifest, read_manifest, target_identity,
-                                  write_manifest)
+from tvm_fusion.tune.manifest import (Manifest, read_manifest, target_identity,
+                                      write_manifest)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -327,12 +327,37 @@ def test_two_writer_processes_keep_workload_indices_right(tmp_path):
     assert len(stock) == len(db)
 
 
+def test_the_typed_manifest_keeps_every_field_of_the_shipped_logs():
+    # old log directories must load, and a rewrite must not drop what a later or an
+    # earlier version stored (offline bundles, predicted picks, no-gain kernels)
+    from tvm_fusion.data import shipped_logs_dir
+
+    files = sorted(shipped_logs_dir().glob("*/manifest.json"))
+    assert files
+    for f in files:
+        stored = json.loads(f.read_text())
+        m = Manifest.from_json(stored)
+        assert m.to_json() == stored, f
+        for h, e in m.models.items():
+            assert e.plan_hash == stored["models"][h]["plan"]["hash"]
+            assert e.fusion_plan().hash == e.plan_hash
+    entry = {"source": "m.onnx", "trials": 3, "plan": {"hash": "p"}, "inputs": {"x": [1, 2]},
+             "predicted": {"k": {"measured": False}}, "predicted_no_gain": {"j": 1},
+             "offline": {"bundle": "b"}}
+    m = Manifest.from_json({**Manifest.fresh().to_json(), "models": {"h": entry}, "new": 1})
+    assert m.to_json()["models"]["h"] == entry and m.to_json()["new"] == 1
+    assert m.entry("h").unmeasured == {"k"} and m.entry("h").label("h" * 9) == (
+        "m.onnx[x=1x2]#hhhhhhhh")
+    with pytest.raises(LogError, match="not a JSON object"):
+        Manifest.from_json({"models": {"h": [1]}})
+
+
 def test_manifest_of_another_version_or_target_is_refused(tmp_path):
     host = tf.load_target("host")
-    m = fresh_manifest()
+    m = Manifest.fresh().to_json()
     m["target"] = target_identity(host)
     write_manifest(tmp_path, m)
-    assert read_manifest(tmp_path, expect=host)["target"]["key"] == m["target"]["key"]
+    assert read_manifest(tmp_path, expect=host).target["key"] == m["target"]["key"]
     for field, value, match in (("tvm", "0.19.0", "TVM '0.19.0'.*re-tune"),
                                 ("version", 99, "version 99")):
         write_manifest(tmp_path, {**m, field: value})
@@ -584,7 +609,7 @@ def test_merge_takes_logs_keyed_by_the_old_all_values_hash_as_the_same_target(tm
     host = tf.load_target("host")
     for sub, h in (("old", host.values_hash), ("new", host.hardware_hash),
                    ("other", "0" * 64)):
-        m = fresh_manifest()
+        m = Manifest.fresh().to_json()
         m["target"] = {**target_identity(host), "hardware_hash": h}
         (tmp_path / sub / "host").mkdir(parents=True)
         write_manifest(tmp_path / sub / "host", m)

@@ -67,6 +67,7 @@ def test_a_model_tuned_with_an_input_fixed_is_reimported_with_it(tmp_path):
     import tvm_fusion as tf
     from tvm_fusion.costmodel import group_data
     from tvm_fusion.plan import plan_model
+    from tvm_fusion.tune.manifest import ModelEntry
 
     graph = helper.make_graph(  # y = x * exp(s): with s fixed, exp(s) folds at import
         [helper.make_node("Exp", ["s"], ["e"]), helper.make_node("Mul", ["x", "e"], ["y"])],
@@ -79,5 +80,7 @@ def test_a_model_tuned_with_an_input_fixed_is_reimported_with_it(tmp_path):
     model = tf.import_model(path, consts={"s": np.float32([2.0])})
     _, plan = plan_model(model.mod, tf.load_target("host"), "cost")
     entry = {"source": str(path), "inputs": {"x": [4, 8]}, "consts": {"s": [2.0]}}
-    assert group_data._graph_for(entry, plan) is not None
-    assert group_data._graph_for({**entry, "consts": {}}, plan) is None  # s an input
+    host = tf.load_target("host")
+    assert group_data._graph_for(ModelEntry.from_json(entry), plan, host) is not None
+    assert group_data._graph_for(ModelEntry.from_json({**entry, "consts": {}}), plan,
+                                 host) is None  # s an input

@@ -8,6 +8,7 @@ lists, JSON-ready) and the CLI prints it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -17,11 +18,11 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from .errors import LogError, TvmFusionError
-from .plan import FusionPlan
 from .targets import load_target
 from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
                          write_database)
-from .tune.logs import load_manifest_raw, manifest_problems, target_key, write_manifest
+from .tune.manifest import (Manifest, load_manifest, load_manifest_raw, manifest_problems,
+                            target_key, write_manifest)
 
 
 def target_dirs(root: str | Path, *, manifest_only: bool = False,
@@ -92,25 +93,19 @@ def _rank_us(record) -> float:
     return float("inf") if us is None else us
 
 
-def _users(manifest: dict | None) -> tuple[dict[str, list[dict]], bool]:
+def _users(manifest: Manifest | None) -> tuple[dict[str, list[dict]], bool]:
     """workload key -> [{model, kernel, calls}], and whether every model has a kernel table."""
     users: dict[str, list[dict]] = {}
     complete = True
-    for h, entry in (manifest or {}).get("models", {}).items():
-        kernels = entry.get("kernels")
-        if kernels is None:
+    for h, entry in (manifest.models if manifest else {}).items():
+        if entry.kernels is None:
             complete = False
             continue
-        label = _model_label(h, entry)
-        for name, k in kernels.items():
-            users.setdefault(k["workload"], []).append(
-                {"model": label, "kernel": name, "calls": k.get("calls", 1)})
+        label = entry.label(h)
+        for name, k in entry.kernels.items():
+            users.setdefault(k.workload, []).append(
+                {"model": label, "kernel": name, "calls": 1 if k.calls is None else k.calls})
     return users, complete
-
-
-def _model_label(h: str, entry: dict) -> str:
-    shapes = ",".join(f"{n}={'x'.join(map(str, s))}" for n, s in entry.get("inputs", {}).items())
-    return f"{Path(entry.get('source', '?')).name}[{shapes}]#{h[:8]}"
 
 
 # ---- show -----------------------------------------------------------------------------
@@ -125,7 +120,7 @@ def show(root: str | Path) -> list[dict]:
     """
     out = []
     for tdir in target_dirs(root):
-        m = load_manifest_raw(tdir)
+        m = load_manifest(tdir)
         db = _load(tdir)
         users, complete = _users(m)
         workloads = []
@@ -143,14 +138,15 @@ def show(root: str | Path) -> list[dict]:
             candidates = _load(cand).record_lines
         out.append({
             "target_dir": str(tdir),
-            "target": (m or {}).get("target"),
-            "versions": {k: (m or {}).get(k) for k in ("schema", "version", "tvm", "tvm_fusion")},
-            "models": [{"hash": h, "label": _model_label(h, e), "source": e.get("source"),
-                        "inputs": e.get("inputs"), "plan_hash": e.get("plan", {}).get("hash"),
-                        "planner": e.get("plan", {}).get("planner"),
-                        "kernels": len(e.get("kernels", {})) if "kernels" in e else None,
-                        "trials": e.get("trials")}
-                       for h, e in (m or {}).get("models", {}).items()],
+            "target": m.target if m else None,
+            "versions": {k: getattr(m, k) if m else None
+                         for k in ("schema", "version", "tvm", "tvm_fusion")},
+            "models": [{"hash": h, "label": e.label(h), "source": e.source,
+                        "inputs": e.to_json()["inputs"], "plan_hash": e.plan_hash,
+                        "planner": e.plan.get("planner"),
+                        "kernels": None if e.kernels is None else len(e.kernels),
+                        "trials": e.trials}
+                       for h, e in (m.models if m else {}).items()],
             "workloads": workloads, "records": len(db),
             "skipped_lines": [vars(b) for b in db.bad_lines],
             "candidates_measured": candidates,
@@ -286,21 +282,22 @@ def _merge_target(name: str, seen, out: Path) -> dict:
             rec.trace, canon, rec.run_secs, rec.target, rec.args_info)]
         entries.append((canon, recs))
     manifest, conflicts = None, []
-    for tdir, m in seen:
-        if m is None:
+    for tdir, raw in seen:
+        if raw is None:
             continue
+        m = Manifest.from_json(raw)
         if manifest is None:
-            manifest = {**m, "models": {}}
-        for h, e in m.get("models", {}).items():
-            have = manifest["models"].get(h)
-            if have is not None and have["plan"]["hash"] != e["plan"]["hash"]:
-                conflicts.append(f"model {_model_label(h, e)}: plans {have['plan']['hash']} "
-                                 f"and {e['plan']['hash']}; kept the one with more trials")
-                if e.get("trials", 0) <= have.get("trials", 0):
+            manifest = dataclasses.replace(m, models={})
+        for h, e in m.models.items():
+            have = manifest.entry(h)
+            if have is not None and have.plan_hash != e.plan_hash:
+                conflicts.append(f"model {e.label(h)}: plans {have.plan_hash} "
+                                 f"and {e.plan_hash}; kept the one with more trials")
+                if e.trials <= have.trials:
                     continue
             elif have is not None:
-                e = {**e, "trials": max(e.get("trials", 0), have.get("trials", 0))}
-            manifest["models"][h] = e
+                e = dataclasses.replace(e, trials=max(e.trials, have.trials))
+            manifest = manifest.with_model(h, e)
     out.mkdir(parents=True, exist_ok=True)
     with DirLock(out, exclusive=True):
         write_database(out, entries)
@@ -309,7 +306,7 @@ def _merge_target(name: str, seen, out: Path) -> dict:
     return {"target": name, "sources": [str(t) for t, _ in seen], "dest": str(out),
             "records_in": records_in, "skipped_lines": skipped,
             "workloads": len(entries), "records_out": sum(len(r) for _, r in entries),
-            "models": sorted((manifest or {}).get("models", {})), "conflicts": conflicts}
+            "models": sorted(manifest.models if manifest else {}), "conflicts": conflicts}
 
 
 # ---- validate -------------------------------------------------------------------------
@@ -332,7 +329,7 @@ def validate(root: str | Path, *, build: bool = False,
     out = []
     for tdir in target_dirs(root):
         problems, notes = [], []
-        m = load_manifest_raw(tdir)
+        m = load_manifest(tdir)
         if m is None:
             problems.append(f"{tdir}: no manifest.json, so versions and target cannot be "
                             "checked")
@@ -346,11 +343,11 @@ def validate(root: str | Path, *, build: bool = False,
             version, target = manifest_problems(m, tdir, hw)
             problems += version
             (notes if allow_other_target else problems).extend(target)
-            for h, e in m.get("models", {}).items():
+            for h, e in m.models.items():
                 try:
-                    FusionPlan.from_json(e["plan"])
+                    e.fusion_plan()
                 except Exception as err:  # PlanError or a malformed entry
-                    problems.append(f"model {_model_label(h, e)}: stored plan is broken: "
+                    problems.append(f"model {e.label(h)}: stored plan is broken: "
                                     f"{err}")
         for name in (WORKLOAD_FILE, RECORD_FILE):
             if (tdir / f"{name}.bak").exists():
@@ -359,7 +356,7 @@ def validate(root: str | Path, *, build: bool = False,
         db = _load(tdir)
         for b in db.bad_lines:
             problems.append(f"{tdir / b.file} line {b.line}: broken: {b.reason}")
-        stored_target = (m or {}).get("target") or {}
+        stored_target = (m.target if m else None) or {}
         want = (json.loads(stored_target.get("key") or target_key(stored_target.get("tvm", {})))
                 if stored_target else None)
         users, complete = _users(m)
@@ -437,7 +434,7 @@ def prune(root: str | Path) -> list[dict]:
     """
     out = []
     for tdir in target_dirs(root):
-        m = load_manifest_raw(tdir)
+        m = load_manifest(tdir)
         if m is not None:
             version, _ = manifest_problems(m, tdir)
             if version:

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from ..errors import TvmFusionError
 from ..logtools import _load
-from ..plan import AnalyticalCostModel, FusionPlan
+from ..plan import AnalyticalCostModel
 from ..plan.cost import CPU_CALL_US
 from ..targets import load_target
 from ..tune.logdb import is_measured
+from ..tune.manifest import Manifest, ModelEntry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,20 +89,20 @@ def best_measured_us(db) -> dict[str, float]:
 _GRAPHS: dict[tuple, object] = {}  # (source, shapes, plan's graph signature) -> graph
 
 
-def _graph_for(entry: dict, plan):
+def _graph_for(entry: ModelEntry, plan, hw):
     """The operator graph the stored plan was made for (simplified or not); one import
     per model and plan signature in a process (a model tuned into several log dirs)."""
-    shapes = [f"{k}={','.join(map(str, v))}" for k, v in entry.get("inputs", {}).items()]
-    consts = [f"{k}={','.join(map(repr, v))}" for k, v in entry.get("consts", {}).items()]
-    key = (entry["source"], tuple(shapes), tuple(consts), plan.graph_signature)
+    shapes = entry.shape_specs()
+    consts = [f"{k}={','.join(map(repr, v))}" for k, v in (entry.consts or {}).items()]
+    key = (entry.source, tuple(shapes), tuple(consts), plan.graph_signature)
     if key not in _GRAPHS:
-        _GRAPHS[key] = _import_graph(entry["source"], shapes, plan, consts)
+        _GRAPHS[key] = _import_graph(entry.source, shapes, plan, hw, consts)
     return _GRAPHS[key]
 
 
-def _import_graph(source: str, shapes: list[str], plan, consts: list[str] | None = None):
+def _import_graph(source: str, shapes: list[str], plan, hw, consts: list[str] | None = None):
+    from ..kernels import KernelOptions, prepare_kernels
     from ..model_spec import load_model_spec
-    from ..plan import graph_for_plan
 
     # as imported now; before the one-hot gathers, and matmul stacking, existed;
     # unsimplified
@@ -110,7 +111,7 @@ def _import_graph(source: str, shapes: list[str], plan, consts: list[str] | None
         try:
             model = load_model_spec(source, shapes or None, consts or None,
                                     simplify=simplify)
-            graph = graph_for_plan(model.mod, plan)
+            graph = prepare_kernels(model, hw, None, KernelOptions(plan=plan)).graph
         except TvmFusionError:  # a model file since moved, a name of another session,
             return None         # one tuned with inputs fixed as constants (an If on them)
         if graph.signature == plan.graph_signature:
@@ -139,27 +140,27 @@ def kernel_records(tdir: Path, models: list[str] | None = None, *,
     with a line on stderr.
     """
     tdir = Path(tdir)
-    manifest = json.loads((tdir / "manifest.json").read_text())
-    hw = load_target(manifest["target"]["name"])
+    manifest = Manifest.from_json(json.loads((tdir / "manifest.json").read_text()))
+    hw = load_target(manifest.target_name)
     best = best_measured_us(_load(tdir))
     out = []
-    for entry in manifest.get("models", {}).values():
-        name = model_name(entry.get("source", "?"))
-        if models and name not in models and entry.get("source") not in models:
+    for entry in manifest.models.values():
+        name = model_name(entry.source or "?")
+        if models and name not in models and entry.source not in models:
             continue
-        kernels = entry.get("kernels", {})
-        budget = float(entry.get("trials", 0)) / max(len(kernels), 1)
+        kernels = entry.kernels or {}
+        budget = float(entry.trials) / max(len(kernels), 1)
         if budget < min_trials_per_kernel:
             continue
-        plan = FusionPlan.from_json(entry["plan"])
-        graph = _graph_for(entry, plan)
+        plan = entry.fusion_plan()
+        graph = _graph_for(entry, plan, hw)
         if graph is None:
             print(f"# {name}: the model cannot be re-imported, or the stored plan's graph "
                   "is not this tvm-fusion's import of it; skipped", file=sys.stderr)
             continue
         cm = AnalyticalCostModel(graph, hw)
         for g in plan.groups:
-            key = kernels.get(g.name, {}).get("workload")
+            key = kernels[g.name].workload if g.name in kernels else None
             if key in best:
                 out.append(KernelRecord(model=name, kernel=g.name, nodes=tuple(g.nodes),
                                         meas_us=best[key], cost_model=cm, logs=str(tdir),

@@ -29,23 +29,22 @@ from ..errors import ExportError, LogError, LoweringError
 from ..frontend import ImportedModel
 from ..gpu.amdgpu import tir_pipeline
 from ..gpu.limits import raise_on_violations
-from ..gpu.resources import plan_resources
 from ..gpu.rocm import require_rocm_build
 from .. import config
 from ..costmodel import make_cost_model
 from ..gpu.schedule import default_cpu_schedule, default_schedule
 from ..gpu.tir_check import check_scheduled
-from ..plan import FusionPlan, graph_for_plan, plan_model
+from ..kernels import KernelOptions, prepare_kernels
+from ..plan import FusionPlan
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
 from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
                              NoRecordPick, schedule_without_records)
 from ..tune.fast_math import vectorizable_exp
-from ..tune.logs import (content_hash, load_manifest_raw, open_database, read_manifest,
-                         target_dir, target_key)
-from ..tune.prepack import (constant_shapes, fold_prepacked, has_layout_rewrite,
-                            resolve_prepack)
-from ..tune.schedulable import kernel_module
+from ..tune.logdb import WORKLOAD_FILE
+from ..tune.logs import content_hash, open_database
+from ..tune.manifest import target_key
+from ..tune.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
 from ..tune.space import space_for_target, space_generator
 
 MODULE_SCHEMA = "tvm-fusion/module"
@@ -122,39 +121,6 @@ def library_digest(path: Path) -> dict:
 def sidecar_path(lib: str | Path) -> Path:
     """Where the JSON description of an exported library lives."""
     return Path(str(lib) + ".json")
-
-
-def _read_logs(logs, hw: HardwareTarget, allow_other_target: bool) -> dict | None:
-    """The checked manifest of ``logs/<target>``; None when there is none."""
-    if logs is None:
-        return None
-    tdir = target_dir(logs, hw.name)
-    if load_manifest_raw(tdir) is None:
-        if (tdir / "database_workload.json").exists():
-            warnings.warn(f"{tdir} has tuning records but no manifest.json, so their TVM "
-                          "version and target cannot be checked; they are applied as they "
-                          "are", stacklevel=3)
-        return None
-    return read_manifest(tdir, expect=hw, allow_other_target=allow_other_target)
-
-
-def _tuned_before_simplify(model: ImportedModel, manifest: dict | None, logs):
-    """Logs tuned on the graph as converted still apply: deploy that graph, and say so.
-
-    Their plan names the unsimplified graph's ops and their records its kernels, so a
-    simplified model falls back to the model it was simplified from.
-    """
-    old = model.unsimplified
-    entry = (manifest or {}).get("models", {}).get(old.model_hash) if old else None
-    if entry is None:
-        return model, None
-    warnings.warn(
-        f"the logs in {logs} were tuned for {model.source} without graph simplification "
-        f"(another graph, other kernels: {model.simplified.summary()}); deploying the "
-        "unsimplified graph they were tuned for. Re-tune into these logs to deploy the "
-        "simplified graph, or import with simplify=False (CLI: --no-simplify) to silence "
-        "this", stacklevel=3)
-    return old, entry
 
 
 def _untuned_share(plan: FusionPlan, untuned) -> dict[str, float]:
@@ -384,22 +350,18 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
         require_rocm_build(hw)
     tvm_target = hw.tvm_target()
-    manifest = _read_logs(logs, hw, allow_other_target)
-    entry = (manifest or {}).get("models", {}).get(model.model_hash)
-    if entry is None and plan is None:
-        model, entry = _tuned_before_simplify(model, manifest, logs)
-    if plan is None and entry is not None:
-        plan = FusionPlan.from_json(entry["plan"])
-    if plan is None:
-        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine)
-        plan, _ = plan_resources(graph, hw, plan, mode=resources, planner=planner)
-    else:  # the layout and combined matmuls the plan was made with
-        graph = graph_for_plan(model.mod, plan)
+    kernels = prepare_kernels(model, hw, logs, KernelOptions(
+        plan=plan, planner=planner, layout=layout, combine=combine, resources=resources,
+        prepack=prepack, allow_other_target=allow_other_target, before_simplify="warn"))
+    model, entry, graph, plan = kernels.model, kernels.entry, kernels.graph, kernels.plan
+    tdir, prepack = kernels.tdir, kernels.prepack
+    if tdir is not None and kernels.manifest is None and (tdir / WORKLOAD_FILE).exists():
+        warnings.warn(f"{tdir} has tuning records but no manifest.json, so their TVM "
+                      "version and target cannot be checked; they are applied as they "
+                      "are", stacklevel=2)
     if hw.family != "cpu":
         _refuse_host_calls_on_gpu(model, graph, hw)
-    tdir = target_dir(logs, hw.name) if logs else None
-    prepack = resolve_prepack(prepack, entry, hw, where=tdir)
-    mod = kernel_module(graph, plan, prepack=prepack)
+    mod = kernels.mod
     db = open_database(tdir, create=False) if logs else None
     with tvm_target, tvm.transform.PassContext(opt_level=3):
         if db is not None:
@@ -435,8 +397,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
             raise LogError(f"building {model.source} for {hw.name} failed: "
                            f"{str(e).splitlines()[-1]}") from e
     # a record of `tune --dry-run` (picked by the cost model, never run) is no measurement
-    unmeasured = {n for n, p in (entry or {}).get("predicted", {}).items()
-                  if not p.get("measured", True)}
+    unmeasured = entry.unmeasured if entry is not None else frozenset()
     schedules = {n: PREDICTED if _base_name(n) in unmeasured and _base_name(n) in measured
                  else _schedule_kind(n, measured, picks, rules_used) for n in sorted(funcs)}
     info = {
@@ -458,9 +419,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         "prepack": prepack, "prepacked": packed,
         "untuned_est_share": _untuned_share(plan, untuned),
         # picked by the cost model on a machine without the device: neither run nor verified
-        "predicted_unmeasured": sorted(
-            n for n, p in (entry or {}).get("predicted", {}).items()
-            if not p.get("measured", True)),
+        "predicted_unmeasured": sorted(unmeasured),
         # gfx90a: what the AMDGPU backend allocated for each kernel of the code object
         "code_objects": _code_objects(ex, hw),
         "logs": None if db is None else {

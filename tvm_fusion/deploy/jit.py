@@ -28,7 +28,8 @@ from ..frontend.onnx_import import _load as load_onnx
 from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
 from ..targets import HardwareTarget, as_target
-from ..tune.logs import content_hash, target_dir, target_key, versions
+from ..tune.logs import content_hash, target_dir
+from ..tune.manifest import target_key, versions
 from .build import MODULE_VERSION, compile_model, sidecar_path
 from .module import Module, load_module
 

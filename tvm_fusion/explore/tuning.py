@@ -8,7 +8,6 @@ skipped here (``tvm-fusion logs validate`` is the tool that reports them).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -23,16 +22,13 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from .. import config
-from ..errors import LogError
-from ..plan import FusionPlan, graph_for_plan
+from ..kernels import KernelOptions, prepare_kernels
 from ..targets import as_target
 from ..tune.builder import PooledBuilder
 from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logdb import is_measured, read_run_times
 from ..tune.ms_compat import drop_unnamed_handlers, plain_task_tables
-from ..tune.prepack import entry_prepack
-from ..tune.schedulable import kernel_module
 
 # matplotlib (about 1 s to import) is imported by the functions that draw, so that
 # importing tvm_fusion.explore for its tables does not load it.
@@ -158,26 +154,13 @@ def default_latencies(tasks, target) -> dict[str, float]:
 
 
 def _tuned_tasks(model, target, logs):
-    """(hardware target, target dir, manifest entry, tuning tasks) of a tuned model."""
-    hw = as_target(target)
-    tdir = Path(logs) / hw.name
-    try:
-        manifest = json.loads((tdir / "manifest.json").read_text())
-    except (OSError, ValueError) as e:
-        raise LogError(f"{tdir} has no readable manifest.json ({e}): is {logs} a log "
-                       f"directory tuned for target {hw.name}?") from e
-    entry = manifest.get("models", {}).get(model.model_hash)
-    old = getattr(model, "unsimplified", None)
-    if entry is None and old is not None and old.model_hash in manifest.get("models", {}):
-        # tuned before graph simplification: those records are the unsimplified graph's
-        model, entry = old, manifest["models"][old.model_hash]
-    if entry is None:
-        raise LogError(f"{tdir} holds no records for model {model.source!r} (hash "
-                       f"{model.model_hash}); tune it first: tvm-fusion tune")
-    plan = FusionPlan.from_json(entry["plan"])
-    fused = kernel_module(graph_for_plan(model.mod, plan), plan,
-                          prepack=entry_prepack(entry))  # the workloads as tuned
-    return hw, tdir, entry, ms.relax_integration.extract_tasks(fused, hw.tvm_target())
+    """(hardware target, target dir, manifest entry, tuning tasks) of a tuned model:
+    the stored plan's kernels, as tuned."""
+    # any manifest is read as it is (these views only read timings); logs tuned before
+    # graph simplification are the unsimplified graph's, without a warning
+    kernels = prepare_kernels(model, target, logs, KernelOptions(
+        check_logs=False, require_entry=True, before_simplify="quiet"))
+    return kernels.hw, kernels.tdir, kernels.entry, kernels.tasks
 
 
 def _weights(tasks) -> dict[str, int]:

@@ -28,7 +28,7 @@ import warnings
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,19 +36,19 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..deploy.build import compile_model
-from ..gpu.resources import plan_resources
 from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
-from ..plan import FusionPlan, plan_model
+from ..kernels import KernelOptions, prepare_kernels
+from ..plan import FusionPlan
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logdb import dumps, record_json
-from ..tune.logs import open_database, read_manifest, target_dir, target_identity, write_manifest
+from ..tune.logs import open_database, target_dir
+from ..tune.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
 from ..tune.prepack import resolve_prepack
-from ..tune.schedulable import make_schedulable
 from ..tune.verify import _buffers, quantizes, run_kernel
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
@@ -185,8 +185,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
                             **{f"out{i}": a for i, a in enumerate(want)})
         tuned_plan = None
         for planner in plans:
-            plan, _, tasks = make_schedulable(*_plan(model, hw, planner), hw,
-                                              tvm_target, prepack=prepack)
+            plan, tasks = _kernels(model, hw, planner, prepack)
             entry = _export_model(compile_model(model, hw, plan=plan), model, planner,
                                   out, data, len(inputs), len(want), stem)
             bundle["models"].append(entry)
@@ -202,9 +201,7 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
         if candidates <= 0:
             continue
         if tuned_plan is None:
-            plan, _, tasks = make_schedulable(*_plan(model, hw, tune_plan), hw,
-                                              tvm_target, prepack=prepack)
-            tuned_plan = (plan, tasks)
+            tuned_plan = _kernels(model, hw, tune_plan, prepack)
         plan, tasks = tuned_plan
         bundle.setdefault("plans", {})[model.model_hash] = {
             "source": model.source, "plan": plan.to_json(),
@@ -233,15 +230,16 @@ def export_bundle(models, target, out: str | os.PathLike, *, plans=("cost", "fus
     return out
 
 
-def _plan(model, hw, planner: str):
-    """(graph, plan) of ``model``: NCHW, with the parallel matmuls the planner combines
+def _kernels(model, hw, planner: str, prepack: bool):
+    """(plan, tasks) of ``model``: NCHW, with the parallel matmuls the planner combines
     (:mod:`tvm_fusion.plan.combine`; ``compile`` rebuilds that graph from the plan). A
     cost plan for a GPU is made again with the compiler's registers and shared memory
-    where the compiler is here (:func:`tvm_fusion.gpu.resources.plan_resources`)."""
-    graph, plan = plan_model(model.mod, hw, planner, layout="nchw")
-    if planner == "cost":
-        plan, _ = plan_resources(graph, hw, plan, planner=planner)
-    return graph, plan
+    where the compiler is here (:func:`tvm_fusion.gpu.resources.plan_resources`); the
+    baseline planners' plans are stock TVM's, left as they are."""
+    kernels = prepare_kernels(model, hw, None, KernelOptions(
+        planner=planner, layout="nchw", prepack=prepack, schedulable=True,
+        resources="auto" if planner == "cost" else "estimated"))
+    return kernels.plan, kernels.tasks
 
 
 def write_device_manifest(out: str | os.PathLike, *, skip_models=()) -> Path:
@@ -509,11 +507,10 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
     models, kernels = read_results(results or bundle_dir)
     tdir = target_dir(logs, hw.name)
     tdir.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(tdir, expect=hw)
-    manifest["target"] = target_identity(hw)
+    manifest = read_manifest(tdir, expect=hw).with_target(hw)
     for model_hash, p in bundle.get("plans", {}).items():  # before any record is written
-        entry = manifest["models"].get(model_hash)
-        if entry is not None and entry["plan"]["hash"] == p["plan"]["hash"]:
+        entry = manifest.entry(model_hash)
+        if entry is not None and entry.plan_hash == p["plan"]["hash"]:
             resolve_prepack(bool(p.get("prepack", False)), entry, hw, where=tdir)
     db = open_database(tdir, create=True)
     # every verified timing, as tune's candidates/ (what `cost-model train` reads)
@@ -563,19 +560,20 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
         if n == 0:
             continue  # none of its kernels ran on the device
         plan = FusionPlan.from_json(p["plan"])
-        entry = manifest["models"].get(model_hash)
-        prepack = bool(p.get("prepack", False))
-        if entry is None or entry["plan"]["hash"] != plan.hash:
-            entry = {"source": p["source"], "trials": 0, "plan": plan.to_json(),
-                     "inputs": p["inputs"]}
-            manifest["models"][model_hash] = entry
-        if prepack:
-            entry["prepack"] = True
-        entry["trials"] += n
-        # the kernels with a record (``logs show`` / ``prune`` read which model uses which)
-        entry["kernels"] = {name: {"workload": keys[lib], "calls": calls}
-                            for name, calls, lib in p["tasks"] if keys[lib] in stored}
-        entry["offline"] = {"bundle": name, "device": _device_name(models)}
+        entry = manifest.entry(model_hash)
+        if entry is None or entry.plan_hash != plan.hash:
+            entry = ModelEntry(source=p["source"], trials=0, plan=plan.to_json(),
+                               inputs={k: tuple(v) for k, v in p["inputs"].items()})
+        entry = replace(
+            entry, trials=entry.trials + n,
+            prepack=True if p.get("prepack", False) else entry.prepack,
+            # the kernels with a record (``logs show`` / ``prune`` read which model uses
+            # which)
+            kernels={name: KernelUse(workload=keys[lib], calls=calls)
+                     for name, calls, lib in p["tasks"] if keys[lib] in stored},
+            extra={**entry.extra, "offline": {"bundle": name,
+                                              "device": _device_name(models)}})
+        manifest = manifest.with_model(model_hash, entry)
     write_manifest(tdir, manifest)
     return ImportSummary(records=n_rec, kernels_improved=improved, rejected=rejected,
                          models=models)

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,23 +31,22 @@ from ..errors import LogError
 from .busy import busy_warning
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
-from ..gpu.resources import plan_resources
-from ..plan import FusionPlan, graph_for_plan, plan_model
+from ..kernels import KernelOptions, prepare_kernels
+from ..plan import FusionPlan
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
 from .fallback import rule_default
 from .fast_import import import_tensor_intrinsics
-from .logs import (check_writable, kernel_table, open_database, orphaned_records,
-                   read_manifest, saved_trials, target_dir, target_identity, target_key,
-                   write_fault, write_manifest)
+from .logs import (check_writable, kernel_table, open_database, orphaned_records, target_dir,
+                   write_fault)
+from .manifest import Manifest, ModelEntry, saved_trials, target_key, write_manifest
 from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_device,
                       make_runner)
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
 from .predicted import schedule_unmeasured
-from .prepack import prepack_default, resolve_prepack
+from .prepack import prepack_default
 from .progress import Progress
-from .schedulable import make_schedulable
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator
 from .state import TuneState
@@ -251,36 +250,30 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                       "deleted?): the trial count starts again from 0, so --trials N runs N "
                       "more measurements; the records are kept and each kernel starts from "
                       "its best", stacklevel=2)
-    manifest = read_manifest(tdir, expect=hw)  # refuses another TVM version or target
-    manifest["target"] = target_identity(hw)
-    entry = manifest["models"].get(model.model_hash)
-    if plan is None and entry is not None:
-        plan = FusionPlan.from_json(entry["plan"])
-    if plan is None:
-        graph, plan = plan_model(model.mod, hw, planner, layout=layout, combine=combine,
-                                 group_model=group_model)
-        plan, _ = plan_resources(graph, hw, plan, mode=resources, planner=planner,
-                                 group_model=group_model)
-    else:  # the layout and combined matmuls the plan was made with
-        graph = graph_for_plan(model.mod, plan)
-    continued = entry if entry is not None and entry["plan"]["hash"] == plan.hash else None
-    requested = prepack
-    prepack = resolve_prepack(prepack, continued, hw, where=tdir)
-    if requested is None and continued is not None and not prepack and prepack_default(hw):
+    # refuses another TVM version or target; a stored plan is continued as stored
+    kernels = prepare_kernels(model, hw, logs, KernelOptions(
+        plan=plan, planner=planner, layout=layout, combine=combine, resources=resources,
+        group_model=group_model, prepack=prepack, prepack_of="plan", schedulable=True))
+    if prepack is None and not kernels.prepack and prepack_default(hw):
+        # only records of the same plan tuned without prepacking turn the default off
         warnings.warn(f"{tdir}: the records for {model.source} were tuned without weight "
                       "prepacking, so tuning continues without it (records of the two "
                       "settings are different workloads); tune into a new log directory to "
                       "prepack", stacklevel=2)
-    plan, _, tasks = make_schedulable(graph, plan, hw, tvm_target, prepack=prepack)
-    if entry is None or entry["plan"]["hash"] != plan.hash:
-        entry = {"source": model.source, "trials": 0, "plan": plan.to_json(),
-                 "inputs": {t.name: list(t.shape) for t in model.inputs}}
-        if model.consts:  # --const values: re-importing the model needs them
-            entry["consts"] = {k: np.asarray(v).ravel().tolist()
-                               for k, v in model.consts.items()}
-        manifest["models"][model.model_hash] = entry
+    plan, tasks, prepack = kernels.plan, kernels.tasks, kernels.prepack
+    entry = kernels.entry
+    if entry is None or entry.plan_hash != plan.hash:
+        entry = ModelEntry(source=model.source, trials=0, plan=plan.to_json(),
+                           inputs={t.name: tuple(t.shape) for t in model.inputs},
+                           # --const values: re-importing the model needs them
+                           consts={k: np.asarray(v).ravel().tolist()
+                                   for k, v in model.consts.items()} or None)
     if prepack:  # an entry without the field was tuned without (or before) prepacking
-        entry["prepack"] = True
+        entry = replace(entry, prepack=True)
+    # the search updates its model's entry in place as it measures: the JSON form
+    manifest = (kernels.manifest or Manifest.fresh()).with_target(hw) \
+        .with_model(model.model_hash, entry).to_json()
+    entry = manifest["models"][model.model_hash]
     try:
         accepted = open_database(tdir, create=True)
         remaining = 0 if dry else max(trials - entry["trials"], 0)

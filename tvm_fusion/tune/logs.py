@@ -8,6 +8,7 @@ Layout of ``LOGS/<target>/``::
     candidates/                     every measured candidate (resume, cost-model training)
     manifest.json                   schema, TVM and tvm-fusion versions, target key and
                                     hardware hash, per model: inputs, plan, kernels, trials
+                                    (read and written by manifest.py)
     rejected.jsonl                  candidates that failed verification, with the error
     .lock                           flock of the writers (tuners, merge, prune)
 
@@ -18,7 +19,6 @@ another.
 
 from __future__ import annotations
 
-import copy
 import errno
 import hashlib
 import json
@@ -27,14 +27,8 @@ import re
 import tempfile
 from pathlib import Path
 
-import tvm
-
 from ..errors import LogError
-from ..version import __version__
 from .logdb import RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase, append_line
-
-MANIFEST_SCHEMA = "tvm-fusion/logs"
-MANIFEST_VERSION = 1
 
 
 def target_dir(logs: str | os.PathLike, target_name: str) -> Path:
@@ -88,15 +82,6 @@ def write_fault(exc: BaseException) -> str | None:
     return None
 
 
-def saved_trials(tdir: Path, model_hash: str) -> int | None:
-    """The trial count ``tdir``'s manifest holds for a model, as on disk; None if unread."""
-    try:
-        return int(json.loads((tdir / "manifest.json").read_text())["models"][model_hash]
-                   ["trials"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def orphaned_records(tdir: Path) -> int:
     """Measured records in ``tdir`` that no manifest counts (its manifest.json is gone)."""
     if (tdir / "manifest.json").exists():
@@ -121,186 +106,6 @@ def open_database(path: Path, *, create: bool) -> LogDatabase | None:
         return LogDatabase(path, writable=create)
     except OSError as e:
         raise LogError(f"cannot open the tuning database in {path}: {e}") from e
-
-
-def versions() -> dict:
-    """The versions a manifest records: TVM and tvm-fusion."""
-    return {"tvm": tvm.__version__, "tvm_fusion": __version__}
-
-
-def target_key(tvm_config) -> str:
-    """Canonical JSON of a TVM target config: what "the same target" means to a log."""
-    return json.dumps(json.loads(json.dumps(tvm_config, default=dict)), sort_keys=True,
-                      separators=(",", ":"))
-
-
-def target_identity(hw) -> dict:
-    """The ``target`` block of a manifest for hardware ``hw``."""
-    return {"name": hw.name, "key": target_key(hw.tvm_config),
-            "tvm": json.loads(json.dumps(hw.tvm_config, default=dict)),
-            "hardware_hash": hw.hardware_hash}
-
-
-def fresh_manifest() -> dict:
-    return {"schema": MANIFEST_SCHEMA, "version": MANIFEST_VERSION, **versions(), "models": {}}
-
-
-def load_manifest_raw(path: Path) -> dict | None:
-    """The manifest of a target directory as stored, unchecked; None if there is none."""
-    f = path / "manifest.json"
-    if not f.exists():
-        return None
-    try:
-        m = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise LogError(f"{f} is not valid JSON ({e}); restore it or delete it to start a "
-                       "new manifest (the records themselves are kept)") from e
-    if not isinstance(m, dict):
-        raise LogError(f"{f} is not a tvm-fusion manifest (a JSON object expected, got "
-                       f"{type(m).__name__})")
-    return m
-
-
-def manifest_problems(m: dict, path: Path, hw=None) -> tuple[list[str], list[str]]:
-    """What keeps a manifest from being used here: (version problems, target problems).
-
-    Each problem is a sentence that says what was expected, what was found and what
-    to do about it.
-    """
-    f = path / "manifest.json"
-    version, target = [], []
-    if m.get("schema") != MANIFEST_SCHEMA or m.get("version") != MANIFEST_VERSION:
-        version.append(
-            f"{f} is schema {m.get('schema')!r} version {m.get('version')!r}; this "
-            f"tvm-fusion reads {MANIFEST_SCHEMA!r} version {MANIFEST_VERSION}. Use the "
-            f"tvm-fusion that wrote it (it recorded {m.get('tvm_fusion')!r}), or re-tune "
-            "into a new log directory")
-    if m.get("tvm") != tvm.__version__:
-        version.append(
-            f"{f} was written with TVM {m.get('tvm')!r}, this is TVM {tvm.__version__}. "
-            "Records are not carried across TVM versions (workload hashes and schedule "
-            "traces change between them, and a stale record is applied silently or not at "
-            f"all), so they are refused. Install TVM {m.get('tvm')} to deploy them, or "
-            "re-tune with this TVM into a new log directory; `tvm-fusion logs validate` "
-            "shows which records still replay")
-    stored = m.get("target")
-    if hw is not None and stored is not None:
-        here = target_identity(hw)
-        key = stored.get("key") or target_key(stored.get("tvm", {}))
-        diffs = []
-        if key != here["key"]:
-            mine, theirs = json.loads(here["key"]), json.loads(key)
-            diffs += [f"{k}: logs {theirs.get(k)!r}, here {mine.get(k)!r}"
-                      for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
-        if (stored.get("hardware_hash") != here["hardware_hash"]
-                and not (key == here["key"]
-                         and stored.get("hardware_hash") in hw.previous_hashes)):
-            diffs.append(f"hardware hash: logs {str(stored.get('hardware_hash'))[:12]}, "
-                         f"here {here['hardware_hash'][:12]}")
-        if diffs:
-            target.append(
-                f"{path} holds records tuned for another target than this "
-                f"{hw.name!r} ({'; '.join(diffs)}). Schedules tuned for other hardware "
-                "can be slow or fail here, so they are refused; to deploy them anyway pass "
-                "allow_other_target=True (CLI: --allow-other-target), or tune for this "
-                "target into a new log directory"
-                + ("" if key != here["key"] else
-                   ". The TVM target is the same: only the description's numbers differ "
-                   "(a re-measured or calibrated file); if the records were measured on "
-                   "this machine they still hold, and --allow-other-target uses them"))
-    return version, target
-
-
-def read_manifest(path: Path, *, expect=None, allow_other_target: bool = False) -> dict:
-    """The manifest of a target directory, checked; a fresh one when there is none.
-
-    Parameters
-    ----------
-    path : Path
-        The target directory (``LOGS/<target>``).
-    expect : HardwareTarget, optional
-        The hardware the records will be used on: a manifest of another target key or
-        hardware hash is refused unless ``allow_other_target``.
-    allow_other_target : bool
-        Use records of another target anyway.
-
-    Raises
-    ------
-    LogError
-        Another manifest schema or TVM version, or (without ``allow_other_target``)
-        another target.
-    """
-    m = load_manifest_raw(path)
-    if m is None:
-        return fresh_manifest()
-    version, target = manifest_problems(m, path, expect)
-    if version:
-        raise LogError(version[0])
-    if target and not allow_other_target:
-        raise LogError(target[0])
-    m.setdefault("models", {})
-    return m
-
-
-def _write_atomic(path: Path, manifest: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path / "manifest.json")
-
-
-def _merge_models(disk: dict, ours: dict) -> dict:
-    """Models of ``ours`` over those on disk; a model tuned elsewhere meanwhile is kept.
-
-    For the same model and plan the larger trial count wins (another process may have
-    counted trials since ``ours`` was read).
-    """
-    models = dict(disk)
-    for h, entry in ours.items():
-        old = disk.get(h)
-        if old is not None and old.get("plan", {}).get("hash") == entry.get("plan", {}).get("hash"):
-            entry = {**entry, "trials": max(entry.get("trials", 0), old.get("trials", 0))}
-        models[h] = entry
-    return models
-
-
-def write_manifest(path: Path, manifest: dict) -> None:
-    """Write the manifest atomically under the directory lock, merged with the one on disk.
-
-    A crash leaves the old or the new file, whole; a second process writing the same
-    directory keeps its models (see :func:`_merge_models`).
-    """
-    path.mkdir(parents=True, exist_ok=True)
-    with DirLock(path, exclusive=True):
-        disk = load_manifest_raw(path) or {}
-        out = {**manifest, "models": _merge_models(disk.get("models", {}),
-                                                   manifest.get("models", {}))}
-        _write_atomic(path, out)
-
-
-def add_trials(path: Path, manifest: dict, entry: dict, n: int) -> int:
-    """Add ``n`` measured trials to ``entry`` (a model of ``manifest``) and save, locked.
-
-    Counts of other processes tuning the same model meanwhile are kept: the count on disk
-    is read and incremented under the lock. Returns the new total (also set in
-    ``entry``).
-    """
-    key = next(h for h, e in manifest["models"].items() if e is entry)
-    with DirLock(path, exclusive=True):
-        disk = load_manifest_raw(path) or {}
-        models = disk.get("models", {})
-        old = models.get(key)
-        base = entry.get("trials", 0)
-        if old is not None and old.get("plan", {}).get("hash") == entry["plan"]["hash"]:
-            base = old.get("trials", 0)
-        entry["trials"] = base + n
-        models[key] = copy.deepcopy(entry)
-        _write_atomic(path, {**manifest, "models": models})
-    return entry["trials"]
 
 
 def kernel_table(database: LogDatabase, tasks, workloads) -> dict:

@@ -34,15 +34,7 @@ def prepack_default(hw) -> bool:
     return hw.family == "cpu"
 
 
-def entry_prepack(entry: dict | None) -> bool | None:
-    """The prepack setting a manifest entry was tuned with; None: no entry.
-
-    An entry without the field predates prepacking: its records are unmarked kernels.
-    """
-    return None if entry is None else bool(entry.get("prepack", False))
-
-
-def resolve_prepack(requested: bool | None, entry: dict | None, hw, *, where) -> bool:
+def resolve_prepack(requested: bool | None, entry, hw, *, where) -> bool:
     """The prepack setting to tune or build with.
 
     Parameters
@@ -50,8 +42,9 @@ def resolve_prepack(requested: bool | None, entry: dict | None, hw, *, where) ->
     requested : bool or None
         The user's ``prepack`` argument; None: the entry's setting, else
         :func:`prepack_default`.
-    entry : dict or None
-        The model's manifest entry whose records will be used (or continued).
+    entry : ModelEntry or None
+        The model's manifest entry whose records will be used (or continued); one
+        without the field predates prepacking (its records are unmarked kernels).
     hw : HardwareTarget
     where : path
         The target directory, for messages.
@@ -65,7 +58,7 @@ def resolve_prepack(requested: bool | None, entry: dict | None, hw, *, where) ->
     if requested and hw.family != "cpu":
         raise LogError(f"weight prepacking is for CPU targets; {hw.name} is a "
                        f"{hw.family} target: drop prepack=True (CLI: --prepack)")
-    stored = entry_prepack(entry)
+    stored = None if entry is None else entry.tuned_prepack
     if stored is None:
         return prepack_default(hw) if requested is None else bool(requested)
     if requested is not None and bool(requested) != stored:
