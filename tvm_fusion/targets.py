@@ -23,11 +23,11 @@ import tvm
 
 from .data import hw_targets_dir
 from .errors import TargetError
+from .family import family_names, strategy
 
 HW_DIR = hw_targets_dir()
 # A target's name is the directory tune writes under --logs: one plain path component.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-FAMILIES = {"cpu": "llvm", "cuda": "cuda", "rocm": "rocm"}  # family -> TVM target kind
 PEAK_KEYS = ("fp64_vector", "fp64_matrix", "fp32_vector", "fp32_matrix", "tf32_matrix",
              "fp16_vector", "fp16_matrix", "bf16_vector", "bf16_matrix", "fp8_matrix",
              "int8_vector", "int8_matrix")
@@ -195,12 +195,13 @@ class HardwareTarget:
     def summary_row(self) -> dict[str, str]:
         """The key numbers as strings, one row of the ``tvm-fusion targets`` table."""
         cfg = self.tvm_config
-        unit = {"cuda": "SM", "rocm": "CU", "cpu": "cores"}[self.family]
-        if self.family == "cpu":
+        fam = strategy(self)
+        unit = fam.unit_name
+        if fam.core_caches:
             onchip = (f"L1d {format_bytes(self.l1_bytes_per_unit)}"
                       f" + L2 {format_bytes(self.l2_bytes_per_unit)}")
         else:
-            label = "LDS" if self.family == "rocm" else "smem"
+            label = fam.shared_memory_short
             onchip = f"{label} {format_bytes(self.shared_memory_bytes_per_unit)}"
         tensor = self.peak_matrix_flops
         return {
@@ -352,9 +353,11 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
                           "directory tune writes under --logs, so it must be one plain name "
                           "(letters, digits, '_', '-', '.', '+'; no '/'; not starting with "
                           "'.'), e.g. 'my_gpu'")
-    if doc["family"] not in FAMILIES:
-        raise TargetError(f"{origin}: 'family' must be one of {sorted(FAMILIES)}, "
-                          f"got {doc['family']!r}")
+    try:
+        family = strategy(doc["family"])
+    except TargetError:
+        raise TargetError(f"{origin}: 'family' must be one of {list(family_names())}, "
+                          f"got {doc['family']!r}") from None
     sources: dict[str, str] = {}
     values: dict[str, Any] = {}
 
@@ -395,7 +398,7 @@ def target_from_dict(doc: Any, *, origin: str = "<dict>") -> HardwareTarget:
                               f"got {val!r}")
         flops[key] = float(val)
     cfg = sourced("tvm_config", doc["tvm_config"])
-    kind = FAMILIES[doc["family"]]
+    kind = family.tvm_kind
     if not isinstance(cfg, dict) or cfg.get("kind") != kind:
         raise TargetError(f"{origin}: 'tvm_config' must be a TVM target dict with kind "
                           f"{kind!r} for family {doc['family']!r}, got {cfg!r}")

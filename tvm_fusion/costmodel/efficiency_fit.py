@@ -26,6 +26,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import CostModelError
+from ..family import strategy
 from ..plan import AnalyticalCostModel
 from ..plan.cpu_efficiency import MEMORY_KINDS, CpuEfficiency
 from .group_data import KernelRecord, vm_call_us
@@ -88,7 +89,7 @@ def efficiency_terms(records: list[KernelRecord], *, accumulators: float = 8.0
     rows = []
     for r in records:
         hw = r.cost_model.hw
-        if hw.family != "cpu":
+        if not strategy(hw).fitted_efficiency:
             continue
         models = []
         for shares in [(1,) * len(SHARES)] + [tuple(0.5 if j == k else 1 for j in

@@ -26,6 +26,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
+from ..family import strategy
 from ..targets import HardwareTarget
 from ..tune.fast_import import import_tensor_intrinsics
 
@@ -58,7 +59,7 @@ def hardware_features(hw: HardwareTarget) -> np.ndarray:
     peak = hw.peak_fp32_flops
     bw = hw.dram_bandwidth_gbs * 1e9
     return np.array([
-        float(hw.family != "cpu"), _log2(peak), _log2(hw.dram_bandwidth_gbs),
+        float(strategy(hw).is_gpu), _log2(peak), _log2(hw.dram_bandwidth_gbs),
         hw.compute_units, hw.clock_ghz, _log2(hw.l1_bytes_per_unit),
         _log2(hw.l2_bytes_per_unit), _log2(hw.llc_bytes),
         _log2(hw.shared_memory_bytes_per_unit), hw.vector_width_bits, hw.warp_size,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TvmFusionError
+from ..family import strategy
 from ..logtools import _load
 from ..plan import AnalyticalCostModel
 from ..plan.cost import CPU_CALL_US
@@ -65,7 +66,7 @@ def vm_call_us(hw) -> float:
     """The Relax VM's call of a kernel, which MetaSchedule's runner does not time: CPUs
     pay it per kernel (``call_overhead_us``, else ``CPU_CALL_US``); 0 on GPUs, whose
     launches the runner's timings include."""
-    if hw.family != "cpu":
+    if not strategy(hw).fork_join:
         return 0.0
     return CPU_CALL_US if hw.call_overhead_us is None else hw.call_overhead_us
 

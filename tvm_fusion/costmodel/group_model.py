@@ -35,6 +35,7 @@ import numpy as np
 import xgboost as xgb
 
 from ..errors import CostModelError
+from ..family import strategy
 from ..plan import AnalyticalCostModel, GroupCost
 from ..plan.cost import tvm_bits
 from ..version import __version__
@@ -115,7 +116,7 @@ def hw_features(hw) -> dict[str, float]:
     return {"hw_log_peak_fp32": _log(hw.peak_fp32_flops), "hw_log_dram_gbs": _log(
         hw.dram_bandwidth_gbs), "hw_launch_us": hw.launch_overhead_us,
         "hw_call_us": vm_call_us(hw), "hw_vector_bits": float(hw.vector_width_bits or 0),
-        "hw_units": float(hw.compute_units), "hw_gpu": float(hw.family != "cpu")}
+        "hw_units": float(hw.compute_units), "hw_gpu": float(strategy(hw).is_gpu)}
 
 
 def feature_matrix(records: list[KernelRecord]) -> np.ndarray:

@@ -26,6 +26,7 @@ import tvm
 from tvm import relax
 
 from ..errors import ExportError, LogError, LoweringError
+from ..family import CODE_OBJECT, family_of, strategy
 from ..frontend import ImportedModel
 from ..gpu.amdgpu import tir_pipeline
 from ..gpu.limits import raise_on_violations
@@ -132,7 +133,7 @@ def _untuned_share(plan: FusionPlan, untuned) -> dict[str, float]:
 
 def _lowering_passes(target: tvm.target.Target) -> list:
     """Relax's default pipeline after legalization and fusion, which we do ourselves."""
-    kind = "cpu_generic" if target.kind.name == "llvm" else target.kind.name
+    kind = family_of(target).relax_backend
     backend = importlib.import_module(f"tvm.relax.backend.{kind}.pipeline")
     return backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
 
@@ -143,7 +144,7 @@ _HOST_OPS = {"nonzero": "NonZero", "unique": "Unique"}
 def _code_objects(ex, hw) -> dict | None:
     """Each device kernel of a ROCm build: registers, LDS, scratch and matrix-core
     instructions read back from its code object (None for other targets)."""
-    if hw.family != "rocm":
+    if strategy(hw).resource_compiler != CODE_OBJECT:
         return None
     from ..gpu.amdgpu import code_object_resources
     from ..plan.gpu_resources import GpuResources
@@ -174,7 +175,7 @@ def _code_objects(ex, hw) -> dict | None:
 def _device_toolchain(hw):
     """Where ``hw`` is a ROCm target, link its code objects with the toolchain found here
     (Debian's device bitcode and ld.lld 17+, or a ROCm installation); else nothing."""
-    if hw.family != "rocm":
+    if not strategy(hw).device_toolchain:
         return contextlib.nullcontext()
     from ..gpu.amdgpu import find_toolchain, toolchain
 
@@ -203,7 +204,7 @@ def _lower_library_ops(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRMo
     """TVM's own lowering of the plan's library nodes for ``target``: sort and scan ops
     (topk, sort, cumsum...) to its TOPI kernels (DispatchSortScan: GPU kernels on GPU
     targets), sampling ops likewise; runtime calls (nonzero, unique) are left as they are."""
-    kind = "cpu_generic" if target.kind.name == "llvm" else target.kind.name
+    kind = family_of(target).relax_backend
     backend = importlib.import_module(f"tvm.relax.backend.{kind}.pipeline")
     return tvm.transform.Sequential(backend.library_dispatch_passes(target))(mod)
 
@@ -347,7 +348,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
     """
     config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     hw = as_target(target)
-    if hw.family == "rocm":  # say what is missing before any work, not deep in codegen
+    if strategy(hw).device_toolchain:  # say what is missing before any work, not deep in codegen
         require_rocm_build(hw)
     tvm_target = hw.tvm_target()
     kernels = prepare_kernels(model, hw, logs, KernelOptions(
@@ -359,7 +360,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         warnings.warn(f"{tdir} has tuning records but no manifest.json, so their TVM "
                       "version and target cannot be checked; they are applied as they "
                       "are", stacklevel=2)
-    if hw.family != "cpu":
+    if not strategy(hw).host_calls:
         _refuse_host_calls_on_gpu(model, graph, hw)
     mod = kernels.mod
     db = open_database(tdir, create=False) if logs else None
@@ -369,7 +370,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                 mod = relax.transform.MetaScheduleApplyDatabase()(mod)
         measured = {n for n, f in _prim_funcs(mod).items() if _scheduled(f)}
         picks = {}
-        if hw.family == "cpu":
+        if not strategy(hw).dlight_default:
             mod, picks = _schedule_no_record(mod, tvm_target, hw, plan,
                                              no_record or config.NO_RECORD.get(),
                                              no_record_budget_s, progress)
@@ -381,7 +382,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         untuned = tuple(sorted(n for n in funcs if _base_name(n) not in measured))
         rules_used = {}
         mod = default_schedule(mod, tvm_target, hw, rules_used=rules_used)  # GPU: dlight
-        if hw.family != "cpu":
+        if strategy(hw).checks_kernel_limits:
             try:
                 raise_on_violations(check_scheduled(mod, hw))
             except LoweringError as e:

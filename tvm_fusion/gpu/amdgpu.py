@@ -31,6 +31,7 @@ from pathlib import Path
 import tvm
 
 from .. import config
+from ..family import family_of
 from .cuda import GpuToolchainError
 
 DEBIAN_BITCODE = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode")
@@ -326,7 +327,7 @@ def _rocm_pipeline(**kwargs):
 
 def tir_pipeline(target: tvm.target.Target) -> str:
     """The TIR pipeline a build for ``target`` uses: ours for ROCm, TVM's otherwise."""
-    return ROCM_PIPELINE if target.kind.name == "rocm" else "default"
+    return ROCM_PIPELINE if family_of(target).own_tir_pipeline else "default"
 
 
 def _register_pipeline() -> None:

@@ -16,6 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 from ..errors import TvmFusionError
+from ..family import CODE_OBJECT, strategy
 from .amdgpu import amdgpu_compile, amdgpu_violations, find_toolchain
 from .cuda import cuda_source, nvcc_compile
 from .limits import GpuLimits, check_kernel
@@ -54,9 +55,10 @@ def check_schedule(func, hw, *, name: str = "candidate",
     limits = limits or GpuLimits.from_target(hw)
     bad = [v for k in device_kernels(func, target, name)
            for v in check_launch(k, hw, shared_limit=shared_limit)]
-    if bad or hw.family not in ("cuda", "rocm"):
+    compiler = strategy(hw).resource_compiler
+    if bad or not compiler:
         return bad
-    if hw.family == "rocm":  # the code object, where the toolchain is here; else TIR only
+    if compiler == CODE_OBJECT:  # the code object, where the toolchain is here; else TIR only
         found = find_toolchain()
         if found.missing:
             return bad

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir
 
+from ..family import family_of
 from ..tune.fast_import import import_tensor_intrinsics
 
 BLOCK = "T_matmul_packed"
@@ -26,7 +27,7 @@ class PackedInt8Dp4a:
     """A dlight-style rule: ``apply(func, target, tunable)`` -> Schedule or None."""
 
     def apply(self, func, target, _tunable=False):  # noqa: D102 - dlight's interface
-        if target.kind.name != "cuda":
+        if not family_of(target).dp4a_int8:
             return None
         sch = s_tir.Schedule(func)
         try:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import TvmFusionError
+from ..family import strategy
 
 # PTX ISA / CUDA Programming Guide, compute capability 3.5 to 9.0: at most 255 registers
 # per thread (ptxas' maxrregcount ceiling).
@@ -54,7 +55,7 @@ class GpuLimits:
     @classmethod
     def from_target(cls, hw) -> "GpuLimits":
         """The limits of a GPU :class:`~tvm_fusion.targets.HardwareTarget`."""
-        if hw.family == "cpu":
+        if not strategy(hw).is_gpu:
             raise ResourceLimitError(f"target {hw.name!r} is a CPU: GPU kernel limits apply "
                                      "to cuda and rocm targets only")
         cfg = hw.tvm_config

@@ -25,6 +25,7 @@ from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline
                                          get_reduction_blocks)
 from tvm.target import Target
 
+from ..family import family_of
 from ..plan.gpu_resources import MFMA_ARCHS, WMMA_MIN_EXTENT as MIN_EXTENT
 
 WAVE = 64  # lanes of a CDNA wavefront: one MFMA fragment is spread over a whole wave
@@ -68,7 +69,7 @@ def _intrinsics() -> dict[str, str]:
 
 def has_mfma(target: Target) -> bool:
     """Whether ``target`` is a ROCm GPU with matrix cores (CDNA)."""
-    return target.kind.name == "rocm" and str(target.attrs.get("mcpu", "")) in MFMA_ARCHS
+    return family_of(target).mfma and str(target.attrs.get("mcpu", "")) in MFMA_ARCHS
 
 
 def _fragment_map(layout):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import tvm
 
+from ..family import PTXAS, strategy
 from ..graph import build_graph
 from ..plan import apply_plan, make_plan
 from ..targets import as_target
@@ -59,7 +60,7 @@ def build_cuda_kernels(model, target="a100", *, plan=None, database=None,
         One per PrimFunc of the fused module, sorted by name.
     """
     hw = as_target(target)
-    if hw.family != "cuda":
+    if strategy(hw).resource_compiler != PTXAS:  # CUDA C that nvcc compiles
         raise GpuToolchainError(f"build_cuda_kernels needs a cuda-family target, got "
                                 f"{hw.name!r} ({hw.family}); CUDA targets: a100, h100, h200")
     tvm_target = hw.tvm_target()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import tvm
 
+from ..family import CDNA_OCCUPANCY, CODE_OBJECT, PTXAS, strategy
 from ..plan import AnalyticalCostModel, apply_plan, make_plan
 from ..plan.cost_planner import describe_groups
 from ..plan.gpu_resources import GpuResources
@@ -93,23 +94,24 @@ class ResourceReport:
 def compiler_source(hw) -> str:
     """``"ptxas sm_80"`` / ``"gfx90a code object"``: the compiler for ``hw``'s kernels."""
     cfg = hw.tvm_config
-    if hw.family == "cuda":
+    if strategy(hw).resource_compiler == PTXAS:
         return f"ptxas {cfg.get('arch', 'sm_80')}"
     return f"{cfg.get('mcpu', 'gfx90a')} code object"
 
 
 def require_compiler(hw) -> None:
     """Raise :class:`GpuToolchainError` unless ``hw``'s kernels can be compiled here."""
-    if hw.family == "cuda" and find_nvcc() is None:
+    compiler = strategy(hw).resource_compiler
+    if compiler == PTXAS and find_nvcc() is None:
         raise GpuToolchainError("reading registers from the compiler needs nvcc (the CUDA "
                                 "toolkit: $TVM_FUSION_NVCC, nvcc on PATH or /usr/local/cuda)")
-    if hw.family == "rocm":
+    if compiler == CODE_OBJECT:
         missing = find_toolchain().missing
         if missing:
             raise GpuToolchainError("reading registers from gfx90a code objects needs "
                                     + "; ".join(missing)
                                     + ": `apt-get install rocm-device-libs lld-19`")
-    if hw.family not in ("cuda", "rocm"):
+    if not compiler:
         raise GpuToolchainError(f"target {hw.name!r} is a {hw.family}: compiled kernel "
                                 "resources are read for cuda and rocm targets only")
 
@@ -130,7 +132,7 @@ def compile_group(func: tvm.tirx.PrimFunc, hw, name: str, rule: str = "") -> Gpu
     launches = device_kernels(func, target, name)
     threads = max((k.threads_per_block for k in launches), default=1)
     dyn = max((k.dynamic_shared_bytes for k in launches), default=0)
-    if hw.family == "cuda":
+    if strategy(hw).resource_compiler == PTXAS:
         asm = cuda_source(func, target, name)
         entries, _ = nvcc_compile(asm, str(target.attrs["arch"]), name=name)
         regs = max((e.registers for e in entries), default=0)
@@ -189,7 +191,7 @@ def compiled_resources(graph, plan, hw, *, only=None
             return name, None, f"{name}: TVM cannot lower it ({lines[-1] if lines else err})"
 
     # the compilers are separate processes (nvcc) or release the GIL (LLVM)
-    with toolchain() if hw.family == "rocm" else contextlib.nullcontext(), \
+    with toolchain() if strategy(hw).device_toolchain else contextlib.nullcontext(), \
             ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1)) as pool:
         done = list(pool.map(build, jobs))
     built = {name: res for name, res, _ in done if res is not None}
@@ -294,7 +296,8 @@ def resource_rows(graph, plan, hw, compiled) -> tuple[ResourceRow, ...]:
             spill_bytes=b.spill_bytes, threads_per_block=b.threads_per_block,
             predicted_blocks_per_unit=est.blocks_per_unit,
             blocks_per_unit=built.blocks_per_unit, occupancy=built.occupancy,
-            waves_per_simd=waves_per_simd(b) if hw.family == "rocm" else 0))
+            waves_per_simd=waves_per_simd(b)
+            if strategy(hw).occupancy_rules == CDNA_OCCUPANCY else 0))
     return tuple(rows)
 
 
@@ -318,7 +321,7 @@ def plan_resources(graph, hw, plan, *, mode: str = "auto", planner: str = "cost"
         raise GpuToolchainError(f"unknown resources mode {mode!r}; expected one of "
                                 f"{', '.join(RESOURCE_MODES)}")
     hw = as_target(hw)
-    if hw.family not in ("cuda", "rocm") or mode == "estimated":
+    if not strategy(hw).resource_compiler or mode == "estimated":
         return plan, None
     if mode == "auto":
         try:

@@ -15,6 +15,7 @@ from tvm.s_tir import dlight as dl
 
 from tvm.target.codegen import target_has_features
 
+from ..family import family_of
 from ..tune.fast_import import import_tensor_intrinsics
 from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
 from ..tune.vnni import (CONV_BLOCK, PACKED_BLOCK, lowering_error, schedule_conv_vnni,
@@ -32,7 +33,7 @@ def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, *,
     int8 GEMMs on VNNI); on a GPU target, :func:`default_gpu_schedule` (within ``hw``'s
     limits, when given; ``rules_used`` as there).
     """
-    if str(target.kind.name) == "llvm":
+    if not family_of(target).dlight_default:
         return default_cpu_schedule(mod, target)
     return default_gpu_schedule(mod, target, hw, rules_used=rules_used)
 
@@ -103,7 +104,7 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, 
     names the kernel. ``rules_used``, when given, is filled with each scheduled
     PrimFunc's name -> the rule's class name (``Matmul``, ``Fallback`` ...).
     """
-    if target.kind.name == "cuda":  # the Matmul rule's WMMA path needs the intrinsics
+    if family_of(target).wmma_intrinsics:  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
     # an integer GEMM on its packed weight: DP4A (gpu/int8.py); dlight has no rule for it
     # an fp16 GEMM on CDNA: matrix cores (gpu/mfma.py); dlight tensorizes for CUDA only

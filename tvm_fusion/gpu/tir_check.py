@@ -24,6 +24,7 @@ import tvm
 from tvm.tirx.build import split_host_device_mods
 
 from ..errors import LoweringError, TvmFusionError
+from ..family import strategy
 
 _VECTOR_LANES = (1, 2, 3, 4, 8, 16)  # 3: dwordx3 / float3 accesses exist on both
 _SHARED_SCOPES = ("shared", "shared.dyn")
@@ -145,8 +146,8 @@ def check_launch(k: KernelLaunch, hw, *, shared_limit: int | None = None) -> lis
         maximum (``shared_memory_bytes_per_block``, reached through the dynamic opt-in
         TVM's CUDA runtime makes) for static plus dynamic.
     """
-    label = "LDS" if hw.family == "rocm" else "shared memory"
-    wave = "wavefront" if hw.family == "rocm" else "warp"
+    fam = strategy(hw)
+    label, wave = fam.shared_memory_name, fam.warp_name
     limit = hw.usable_shared_memory_per_block if shared_limit is None else shared_limit
     where = f"kernel {k.name} on {hw.name}"
     bad = []
@@ -198,7 +199,7 @@ def check_scheduled(mod: tvm.IRModule, hw, *, shared_limit: int | None = None
     LoweringError
         TVM's TIR pipeline fails on a kernel (``kernel`` names it).
     """
-    if hw.family == "cpu":
+    if not strategy(hw).is_gpu:
         raise TvmFusionError(f"check_scheduled checks GPU kernels; {hw.name!r} is a CPU target")
     target = hw.tvm_target()
     out = {}

@@ -36,6 +36,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..deploy.build import compile_model
+from ..family import family_of, strategy
 from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
@@ -81,7 +82,7 @@ class ImportSummary:
 
 
 def _device_kind(tvm_target: tvm.target.Target) -> str:
-    return {"llvm": "cpu"}.get(str(tvm_target.kind.name), str(tvm_target.kind.name))
+    return family_of(tvm_target).device_type
 
 
 def _params(func: tvm.tirx.PrimFunc) -> list[list]:
@@ -581,7 +582,7 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
 
 def _violations(rec, wl, hw) -> list[str]:
     """The target's limits a record's schedule breaks (GPU targets; see gpu.tir_check)."""
-    if hw.family == "cpu":
+    if not strategy(hw).checks_kernel_limits:
         return []
 
     sch = tvm.s_tir.Schedule(wl.mod)

@@ -96,6 +96,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from ..family import strategy
 from ..graph import OpGraph
 from .cpu_efficiency import contraction_efficiency, cpu_efficiency, is_depthwise
 from .gpu_terms import gemm_tiles, occupancy
@@ -169,7 +170,7 @@ class _Terms:
 def onchip_capacity(hw, *, dynamic: bool = False) -> int:
     """Bytes one block (GPU) or one core's task (CPU) may keep on chip (``dynamic``: a
     GPU schedule that allocates dynamic shared memory, up to the opt-in limit)."""
-    if hw.family == "cpu":
+    if strategy(hw).core_caches:
         return hw.l2_bytes_per_unit or hw.llc_bytes // max(hw.compute_units, 1)
     return hw.shared_memory_bytes_per_block if dynamic else hw.usable_shared_memory_per_block
 
@@ -232,7 +233,7 @@ def _contraction(model, nid, members, terms):
 def lane_utilisation(hw, node) -> float:
     """CPUs: the share of a vector's lanes a contraction's innermost output dim fills
     (``min(1, extent / lanes)``); 1 on GPUs and for unknown extents."""
-    if hw.family != "cpu" or not node.shape or int(node.shape[-1]) <= 0:
+    if not strategy(hw).vector_lanes or not node.shape or int(node.shape[-1]) <= 0:
         return 1.0
     lanes = max(int(hw.vector_width_bits) // tvm_bits(node.dtype), 1)
     return min(1.0, int(node.shape[-1]) / lanes)
@@ -257,7 +258,7 @@ def _reduction(model, nid, members, terms):
     fused_in = model.ancestors_in(nid, members)
     if fused_in:
         terms.staged_bytes = max(terms.staged_bytes, row)
-    if model.hw.family == "cpu":
+    if model.family.core_caches:
         # a GEMM fused into a row-wise multi-pass reduction (a softmax over its outputs)
         # computes one whole row at a time, so no tile reuses its weight across rows:
         # a weight beyond one core's L2 streams through the LLC once per row
@@ -289,6 +290,7 @@ class AnalyticalCostModel:
     def __init__(self, graph: OpGraph, hw, infos: tuple[OpInfo, ...] | None = None, *,
                  compiled: Mapping[frozenset, GpuResources] | None = None):
         self.graph, self.hw = graph, hw
+        self.family = strategy(hw) if hw is not None else None  # what hw's family decides
         # a GPU group's kernel as a compiler allocated it: wins over gpu_resources'
         # estimate (tvm_fusion.gpu.resources builds them)
         self.compiled = dict(compiled or {})
@@ -301,8 +303,8 @@ class AnalyticalCostModel:
         self._cache: dict[frozenset, GroupCost] = {}
         self._eff: dict[int, float] = {}
         self._weights_resident: bool | None = None
-        self.cpu_efficiency = (cpu_efficiency(hw) if hw is not None and hw.family == "cpu"
-                               else None)
+        self.cpu_efficiency = (cpu_efficiency(hw) if hw is not None
+                               and self.family.fitted_efficiency else None)
 
     def efficiency(self, nid: int) -> float:
         """Share of its unit's peak ``nid``'s FLOPs run at (:mod:`.cpu_efficiency`;
@@ -326,7 +328,7 @@ class AnalyticalCostModel:
         """CPUs: the FLOPs ``nid``'s math calls cost beyond one each (:mod:`.op_info`);
         0 on GPUs, whose special-function units :mod:`.gpu_terms` leaves out."""
         return self.infos[nid].transcendental if self.hw is not None \
-            and self.hw.family == "cpu" else 0.0
+            and self.family.prices_transcendentals else 0.0
 
     def const_bytes(self, nid: int) -> int:
         """Bytes ``nid`` reads that no node produces (weights, constants, model inputs)."""
@@ -416,7 +418,7 @@ class AnalyticalCostModel:
         read their 1 MB of weights every step, were priced 4-6x over from DRAM)."""
         if self._weights_resident is None:
             hw = self.hw
-            self._weights_resident = hw is not None and hw.family == "cpu" and \
+            self._weights_resident = hw is not None and self.family.core_caches and \
                 self._model_const_bytes() <= hw.llc_bytes
         return self._weights_resident
 
@@ -451,7 +453,7 @@ class AnalyticalCostModel:
         hw = self.hw
         if hw is None or nid in self.outputs:
             return False
-        if hw.family != "cpu":
+        if not self.family.core_caches:
             return self.graph.nodes[nid].bytes_written <= hw.llc_bytes
         l2 = hw.l2_bytes_per_unit * max(hw.compute_units, 1) or hw.llc_bytes
         return self.graph.nodes[nid].bytes_written <= l2
@@ -487,7 +489,7 @@ class AnalyticalCostModel:
     def launch_us(self, members) -> float:
         """Launch cost of one kernel computing ``members`` (``launch_us`` above)."""
         hw = self.hw
-        if hw.family != "cpu":
+        if not self.family.fork_join:
             return hw.launch_overhead_us
         nests = []  # tiles of each top-level loop nest
         for n in members:
@@ -585,8 +587,8 @@ class AnalyticalCostModel:
         compute_us = terms.compute_s * 1e6
         memory_us = dram / (hw.dram_bandwidth_gbs * 1e3)
         footprint = self.footprint(members, private, terms.spill_bytes) \
-            if hw.family == "cpu" else 0
-        if hw.family == "cpu" and hw.cache_bandwidth_gbs:
+            if self.family.core_caches else 0
+        if self.family.core_caches and hw.cache_bandwidth_gbs:
             # what stays in cache still moves through it, at the calibrated copy rate;
             # so does a kernel's whole footprint up to the last-level cache, which the
             # runner's repeats and the producer just before keep hot there: only the
@@ -597,10 +599,10 @@ class AnalyticalCostModel:
                          + max(footprint - from_dram, 0) / (hw.cache_bandwidth_gbs * 1e3))
         launch_us = self.launch_us(members)
         gpu, tiles, dynamic = {}, terms.tiles, False
-        if hw.family == "cpu" and terms.reread_bytes:
+        if self.family.core_caches and terms.reread_bytes:
             memory_us += terms.reread_bytes / (
                 (hw.cache_bandwidth_gbs or hw.dram_bandwidth_gbs) * 1e3)
-        if hw.family == "cpu":
+        if self.family.fork_join:
             if self.cpu_efficiency is not None:
                 kind = self.memory_kind(members)
                 share = self.cpu_efficiency.memory_share(kind)

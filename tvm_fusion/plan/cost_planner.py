@@ -15,7 +15,7 @@
    (:mod:`.baseline`), and its reason says it was a tie. Two merges that compete for one
    group (a chain into the conv before it or into the reduction after it) are a tie too
    when their savings differ by less than the model's *measured* error
-   (``MEASURED_ERROR``): the one FuseOps makes is made.
+   (its family's ``planner_error``): the one FuseOps makes is made.
 3. Local search: move single operators out of their group or into a neighbouring one
    while that lowers the total predicted time by more than the model's error and keeps
    the group graph acyclic.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
+from ..family import strategy
 from ..graph import OpGraph
 from .baseline import fuseops_groups, kernel_name
 from .cost import AnalyticalCostModel, GroupCost, decision_terms
@@ -50,15 +51,11 @@ EPS_US = 1e-6  # a merge must save more than this to be made
 TIE_FRACTION = 0.05
 TIE_FLOOR_US = 0.05
 TIE = "tie (FuseOps' choice)"
-# The analytical model's measured median kernel error, max(pred/meas, meas/pred): CPUs,
-# held out per model on the tuned kernels of five models (2.12, the median of 1.74-2.44;
-# benchmarks/results-cpu-efficiency.json); GPUs, the 26 kernels of tuning_logs/h200
-# (benchmarks.planner_accuracy, 1.0685; nearly all launch-bound, and h200.json's launch
-# is fitted to them, so an optimistic figure; no A100 or MI250X was measured). Two merges that
-# compete for one group (an epilogue into a conv or a prologue into the reduction after
-# it) differ by where a few operators go, well inside that error: such a rivalry is a tie
-# unless the savings differ by more than (error - 1) x the time not shared.
-MEASURED_ERROR = {"cpu": 2.12, "cuda": 1.0685, "rocm": 1.0685}
+# The analytical model's measured median kernel error, max(pred/meas, meas/pred), is the
+# target family's ``planner_error`` (tvm_fusion/family/, each with where it was measured).
+# Two merges that compete for one group (an epilogue into a conv or a prologue into the
+# reduction after it) differ by where a few operators go, well inside that error: such a
+# rivalry is a tie unless the savings differ by more than (error - 1) x the time not shared.
 LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
 MAX_ROUNDS = 4  # priority fusion + local search rounds
 
@@ -74,6 +71,7 @@ class CostPlanner:
 
     def __init__(self, graph: OpGraph, hw, *, cost_model=None):
         self.graph, self.hw = graph, hw
+        self.family = strategy(hw)
         self.infos = graph_info(graph)
         self.model = cost_model or AnalyticalCostModel(graph, hw, self.infos)
         # the rules need the analytical model's facts even when a learned model costs
@@ -102,7 +100,7 @@ class CostPlanner:
         included). Its error is the compute term's share of peak (:mod:`.cpu_efficiency`),
         the same factor on both sides, so it cancels in their difference and does not
         widen the tie margin. 0 on GPUs (their margin covers the whole time, as before)."""
-        if self.hw.family != "cpu":
+        if not self.family.shared_compute_cancels:
             return 0.0
         return min(compute_bound_us(parts), compute_bound_us([fused]))
 
@@ -213,7 +211,7 @@ class CostPlanner:
     def rivalry_us(self, parts_us: float, shared_us: float = 0.0) -> float:
         """The measured error on the choice between two competing merges of parts costing
         ``parts_us`` (``shared_us`` left out as in :meth:`margin_us`)."""
-        err = MEASURED_ERROR.get(self.hw.family, MEASURED_ERROR["cpu"]) - 1.0
+        err = self.family.planner_error - 1.0
         return err * max(parts_us - shared_us, 0.0) + TIE_FLOOR_US
 
     def _rival(self, heap, gids, fused: GroupCost, saving: float, parts):
@@ -273,7 +271,8 @@ class CostPlanner:
         news = [self.cost(target)] + ([self.cost(rest)] if rest else [])
         before = sum(c.total_us for c in olds)
         after = sum(c.total_us for c in news)
-        shared = 0.0 if self.hw.family != "cpu" else min(map(compute_bound_us, (olds, news)))
+        shared = 0.0 if not self.family.shared_compute_cancels \
+            else min(map(compute_bound_us, (olds, news)))
         if after >= before - max(EPS_US, self.margin_us(before, shared)):
             return False
         saved = gg.state()

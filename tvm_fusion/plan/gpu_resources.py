@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..family import strategy
 from .op_info import tvm_bits
 
 # The default GPU schedule of an untuned kernel is dlight's (tvm.s_tir.dlight.gpu: Matmul,
@@ -169,7 +170,7 @@ def gpu_resources(model: "AnalyticalCostModel", nodes: Iterable[int]) -> GpuReso
                             registers_per_thread=WMMA_REGISTERS,
                             shared_bytes=stages * (bm + bn) * (bk + pad) * 2)
     if (dtype == "float16" and str(hw.tvm_config.get("mcpu", "")) in MFMA_ARCHS
-            and hw.family == "rocm" and min(i_ext, n_out, info.reduce_len) > WMMA_MIN_EXTENT):
+            and strategy(hw).mfma and min(i_ext, n_out, info.reduce_len) > WMMA_MIN_EXTENT):
         return GpuResources(schedule="gemm-mfma", kernels=1, threads_per_block=MFMA_THREADS,
                             registers_per_thread=MFMA_REGISTERS, shared_bytes=MFMA_SHARED)
     by, bx = DLIGHT_GEMM_BLOCK
@@ -198,7 +199,7 @@ def _inner_reduction_threads(model, reductions, hw) -> int | None:
         trailing *= int(dim)
     if trailing != info.reduce_len:  # reduces an outer axis: another dlight schedule
         return None
-    cap = 1024 if hw.family == "cuda" else 256
+    cap = strategy(hw).reduction_max_threads
     return 1 << (min(info.reduce_len, cap).bit_length() - 1)
 
 

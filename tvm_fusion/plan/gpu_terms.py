@@ -44,6 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..family import CDNA_OCCUPANCY, CUDA_OCCUPANCY, strategy
+
 MAX_BLOCKS_PER_UNIT = 32  # CUDA Programming Guide cc 8.0/9.0: 32 resident blocks per SM
 CUDA_REGISTER_UNIT = 256    # registers per warp are allocated in units of 256 (cc 5.0-9.0)
 CUDA_SHARED_UNIT = 128      # shared memory per block is allocated in units of 128 B
@@ -94,11 +96,12 @@ def _align(n: int, unit: int) -> int:
 def blocks_per_unit(hw, res) -> int:
     """Blocks of ``res`` (a :class:`~.cost.GpuResources`) resident on one SM / CU, by the
     vendor's occupancy rules (the module docstring); other GPUs: plain division."""
-    if hw.family == "rocm" and hw.warp_size == 64:
+    rules = strategy(hw).occupancy_rules
+    if rules == CDNA_OCCUPANCY and hw.warp_size == 64:
         return _cdna_blocks(hw, res)
     threads = max(res.threads_per_block, 1)
     warps = -(-threads // max(hw.warp_size, 1))
-    cuda = hw.family == "cuda"
+    cuda = rules == CUDA_OCCUPANCY
     limits = [hw.max_threads_per_unit // (warps * hw.warp_size if cuda else threads),
               MAX_BLOCKS_PER_UNIT]
     if res.registers_per_thread and cuda:

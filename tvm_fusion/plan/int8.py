@@ -15,6 +15,8 @@ instruction:
 
 from __future__ import annotations
 
+from ..family import strategy
+
 _INT8 = ("int8", "uint8")
 VNNI_CONV = "conv2d_NCHWc_int8"  # graph/int8_conv.py: the blocked conv VNNI reads
 FALLBACK_NOTE = ("int8 conv not in VNNI's blocked form (depthwise, grouped, NCHW or "
@@ -33,29 +35,14 @@ def reaches_int8_unit(hw, op: str) -> bool:
     lanes x 4 input channels); any other int8 conv is integer loops (``vpmulld``, no
     ``vpdpbusd``), so pricing it at the VNNI rate would let an NCHW plan of a QDQ CNN
     look 10x faster than it runs."""
-    return hw.family != "cpu" or not op.startswith("conv2d") or op.startswith(VNNI_CONV)
+    return not strategy(hw).int8_conv_needs_blocking or not op.startswith("conv2d") \
+        or op.startswith(VNNI_CONV)
 
 
 def int8_unit(hw) -> tuple[str, str]:
     """``(peak_flops key, instruction)`` an int8 GEMM runs on; key ``""`` when the target
     has no int8 peak (it is then priced at ``fp32_vector``)."""
-    peaks, feats = hw.peak_flops, set(hw.features)
-    if hw.family == "cpu":
-        if "amx_int8" in feats and "int8_matrix" in peaks:
-            return "int8_matrix", "AMX-INT8 (tdpbusd)"
-        if feats & {"avx512_vnni", "avx_vnni"} and "int8_vector" in peaks:
-            width = "zmm" if "avx512_vnni" in feats else "ymm"
-            return "int8_vector", f"VNNI (vpdpbusd {width})"
-        return "", "no VNNI: vpmaddubsw + vpmaddwd at the fp32 rate"
-    if hw.family == "cuda":
-        if "int8_matrix" in peaks and "int8_tensor" in feats:
-            return "int8_matrix", "IMMA (int8 mma.sync Tensor Cores)"
-        if "int8_vector" in peaks:
-            return "int8_vector", "DP4A"
-        return "", "no int8 peak: priced at the fp32 rate"
-    if "int8_vector" in peaks:
-        return "int8_vector", "dot4 (v_dot4_i32_i8)"
-    return "", "no int8 peak: priced at the fp32 rate"
+    return strategy(hw).int8_unit(hw.peak_flops, hw.features)
 
 
 def int8_peak(hw) -> float:

@@ -22,6 +22,7 @@ import dataclasses
 import tvm
 
 from ..errors import PlanError
+from ..family import strategy
 from ..graph import OpGraph, build_graph
 from ..graph.layout import NCHW, block_of, convert_layout, count_blocked_convs
 from .cost import AnalyticalCostModel
@@ -54,7 +55,7 @@ def resolve_layout(layout: str, hw) -> str:
     except PlanError:
         raise PlanError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)} "
                         "or NCHW{c}c (e.g. NCHW16c)") from None
-    if c and hw.family != "cpu":
+    if c and not strategy(hw).blocked_layouts:
         raise PlanError(f"layout {name} is for CPU targets; {hw.name!r} is a "
                         f"{hw.family} GPU and keeps NCHW: pass --layout nchw or auto")
     return name
@@ -119,7 +120,7 @@ def choose_layout(mod: tvm.IRModule, hw, make_plan, *, layout: str = "auto",
     base_graph = build_graph(mod)
     say(f"planning {len(base_graph.nodes)} ops")
     base = make_plan(base_graph, hw)
-    if hw.family != "cpu":
+    if not strategy(hw).blocked_layouts:
         return base_graph, dataclasses.replace(
             base, layout_reason=f"{hw.family} target: activations keep the model's layout")
     name = blocked_layout(hw)

@@ -146,7 +146,7 @@ def gpu_violation(model, members) -> str | None:
         Of the graph and the target (CPU targets: always None).
     members : iterable of int
     """
-    if model.hw.family == "cpu":
+    if not model.family.dlight_default:
         return None
     reductions = [n for n in sorted(members) if model.infos[n].role == "reduction"]
     if len(reductions) > 1:  # siblings (violation lets them share a CPU kernel)
@@ -199,7 +199,7 @@ def cpu_violation(model, members) -> str | None:
         Of the graph and the target (GPU targets: always None).
     members : iterable of int
     """
-    if model.hw.family != "cpu":
+    if model.family.dlight_default:
         return None
     members = set(members)
     for n in sorted(members):

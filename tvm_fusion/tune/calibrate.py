@@ -55,6 +55,7 @@ from tvm import relax, te
 
 from ..config import use_all_cores
 from ..errors import TargetError
+from ..family import strategy
 from ..targets import NAME_RE, target_from_dict
 
 CHAIN = 32           # kernels per chain in the call-overhead probes
@@ -193,7 +194,7 @@ def fma_peaks(target, *, cores: int, vector_bits: int, repeat: int,
 
 def check_inputs(base, name: str) -> None:
     """Refuse what calibration cannot do before measuring anything."""
-    if base.family != "cpu":
+    if not strategy(base).host_cpu:
         raise TargetError(f"calibrate measures the machine it runs on: target {base.name!r} "
                           f"is a {base.family} GPU; run `tvm-fusion calibrate --target host` "
                           "on the machine to describe (a GPU device through `offline` is "
@@ -283,7 +284,7 @@ def fit_efficiency(doc: dict, dirs: list[Path]) -> dict:
                    r.cost_model.graph, hw, r.cost_model.infos))
                for t in found for r in kernel_records(
                    t, min_trials_per_kernel=MIN_TRIALS_PER_KERNEL)
-               if r.cost_model.hw.family == "cpu"]
+               if strategy(r.cost_model.hw).fitted_efficiency]
     if not records:
         raise TargetError(
             f"--logs {' '.join(map(str, dirs))}: no measured CPU kernel of a model tuned "

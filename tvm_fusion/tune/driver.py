@@ -28,6 +28,7 @@ from .. import config
 from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
 from ..errors import LogError
+from ..family import family_of, strategy
 from .busy import busy_warning
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
@@ -358,7 +359,7 @@ def default_cost_model(hw: HardwareTarget) -> Path | None:
             continue
         if target_key(other.tvm_config) == key:
             return path
-        if hw.family == other.family == "cpu" and \
+        if strategy(other) is strategy(hw) and strategy(hw).cost_models_by_isa and \
                 hw.vector_width_bits == other.vector_width_bits:
             nearest.append((_mcpu_distance(hw, other), path))
     return min(nearest)[1] if nearest else None
@@ -425,7 +426,8 @@ def _resolve_space(search_space, tvm_target) -> SearchSpace | None:
         return search_space
     if search_space is not None:
         return load_search_space(search_space)
-    return space_for_target(tvm_target) if str(tvm_target.kind.name) == "llvm" else None
+    return space_for_target(tvm_target) if family_of(tvm_target).shipped_space_default \
+        else None
 
 
 def _baseline(space, tvm_target):
@@ -433,7 +435,7 @@ def _baseline(space, tvm_target):
     which a build without the record deploys (``tune.fallback``), not its plain loops
     (AECMOS' stem kept a 907 us record, tuned on a busy machine, where its rule default
     runs ~250 us). None on GPUs: there the verifier's default is dlight's."""
-    if str(tvm_target.kind.name) != "llvm" or space is None:
+    if family_of(tvm_target).dlight_default or space is None:
         return None
     gen = space_generator(space, tvm_target)
     return lambda workload: rule_default(workload, tvm_target, gen)
@@ -448,7 +450,7 @@ def _space_gen(space, tvm_target, hw):
     """
     if space is not None:
         return space_generator(space, tvm_target)
-    if hw is None or hw.family == "cpu":
+    if hw is None or not strategy(hw).checks_kernel_limits:
         return "post-order-apply"
     return checked_space_generator(hw)
 

@@ -28,6 +28,7 @@ from tvm import rpc
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmFusionError
+from ..family import family_of
 
 REPEAT = 5
 MIN_REPEAT_MS = 10
@@ -64,8 +65,7 @@ def spread_pct(run_secs: Sequence) -> float:
 
 def device_type(target) -> str:
     """The runner's device name of a target (``llvm`` kernels run on the ``cpu``)."""
-    kind = str(target.kind.name)
-    return {"llvm": "cpu"}.get(kind, kind)
+    return family_of(target).device_type
 
 
 def check_local_device(target, name: str) -> None:
@@ -75,9 +75,9 @@ def check_local_device(target, name: str) -> None:
     the unscheduled kernel, so the device must be present on this machine. Without
     this check a GPU tune on a CPU-only machine measured nothing and said "untuned".
     """
-    kind = device_type(target)
-    if kind == "cpu":
+    if family_of(target).host_cpu:
         return
+    kind = device_type(target)
     if not tvm.device(kind, 0).exist:
         raise MeasureError(
             f"tuning for target {name} measures and verifies kernels on a {kind} device, "

@@ -29,6 +29,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmFusionError
+from ..family import CODE_OBJECT, PTXAS, strategy
 from ..gpu.amdgpu import find_toolchain
 from ..gpu.check import check_schedule
 from .fast_import import import_tensor_intrinsics
@@ -89,7 +90,7 @@ def rank_candidates(mod: tvm.IRModule, target: tvm.target.Target, cost_model, *,
 def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | None:
     """Why ``mod`` (a scheduled kernel) cannot run on ``hw``, checked without the device."""
     try:
-        if hw.family in ("cuda", "rocm"):
+        if strategy(hw).checks_kernel_limits:
             bad = check_schedule(mod["main"], hw)
             return "; ".join(bad) if bad else None
         tvm.tirx.build(mod, target=target)  # a CPU measured elsewhere: it must build
@@ -99,9 +100,10 @@ def _offline_check(hw, mod: tvm.IRModule, target: tvm.target.Target) -> str | No
 
 
 def _check_kind(hw) -> str:
-    if hw.family == "rocm":  # the code object's registers where the toolchain is here
+    compiler = strategy(hw).resource_compiler
+    if compiler == CODE_OBJECT:  # the code object's registers where the toolchain is here
         return "tir" if find_toolchain().missing else "tir+amdgpu"
-    return {"cuda": "tir+nvcc"}.get(hw.family, "build")
+    return "tir+nvcc" if compiler == PTXAS else "build"
 
 
 def schedule_unmeasured(state: TuneState, cost_model, target: tvm.target.Target, *, tries: int = 3,

@@ -24,6 +24,7 @@ from tvm import relax
 from tvm.relax.expr import _update_type
 
 from ..errors import LogError
+from ..family import strategy
 from ..graph.int8_conv import BLOCK as VNNI_CONV
 
 ATTR = "layout_free_buffers"
@@ -31,7 +32,7 @@ ATTR = "layout_free_buffers"
 
 def prepack_default(hw) -> bool:
     """Whether tuning ``hw`` prepacks weights when nothing says otherwise: CPUs only."""
-    return hw.family == "cpu"
+    return strategy(hw).weight_prepack
 
 
 def resolve_prepack(requested: bool | None, entry, hw, *, where) -> bool:
@@ -55,7 +56,7 @@ def resolve_prepack(requested: bool | None, entry, hw, *, where) -> bool:
         ``requested`` disagrees with the entry (its records would not apply: another
         workload hash), or prepacking is asked of a GPU target.
     """
-    if requested and hw.family != "cpu":
+    if requested and not strategy(hw).weight_prepack:
         raise LogError(f"weight prepacking is for CPU targets; {hw.name} is a "
                        f"{hw.family} target: drop prepack=True (CLI: --prepack)")
     stored = None if entry is None else entry.tuned_prepack

@@ -24,7 +24,8 @@ from tvm.s_tir.meta_schedule.schedule_rule import ReuseType
 from tvm.target.codegen import target_has_features
 
 from ..data import search_spaces_dir
-from ..errors import TvmFusionError
+from ..errors import TargetError, TvmFusionError
+from ..family import FAMILIES, family_of, strategy
 from .cpu_rules import (MutateTileChoice, PlainConfig, PlainRule, RegisterTileConfig,
                         RegisterTileRule, vector_shape)
 from .fast_import import import_tensor_intrinsics
@@ -33,7 +34,6 @@ from .ms_compat import schedule_pools_like_reductions
 SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"
 VERSION = 1
-FAMILY_OF_KIND = {"llvm": "cpu", "cuda": "cuda", "rocm": "rocm"}
 
 
 class SearchSpaceError(TvmFusionError):
@@ -248,9 +248,11 @@ def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
     if doc["schema"] != SCHEMA or doc["version"] != VERSION:
         raise SearchSpaceError(f"{origin}: schema {doc['schema']!r} version {doc['version']!r}"
                                f"; this tvm-fusion reads {SCHEMA!r} version {VERSION}")
-    if doc["family"] not in FAMILY_OF_KIND.values():
+    try:
+        family = strategy(doc["family"])
+    except TargetError:
         raise SearchSpaceError(f"{origin}: family {doc['family']!r} is not one of "
-                               f"{', '.join(FAMILY_OF_KIND.values())}")
+                               f"{', '.join(FAMILIES)}") from None
     sections = {}
     for name, cls in _SECTIONS.items():
         if doc[name] is None:
@@ -276,7 +278,7 @@ def space_from_dict(doc: Any, *, origin: str = "<dict>") -> SearchSpace:
             f"'rules', and rules {sorted(used - configured)} have no section (null). Each "
             f"rule in 'rules' needs its section and each non-null section its rule")
     for name in _CPU_ONLY:
-        if sections[name] is not None and doc["family"] != "cpu":
+        if sections[name] is not None and not family.vector_fma_rules:
             raise SearchSpaceError(f"{origin}: rule {name!r} schedules vector FMAs of LLVM "
                                    f"CPUs; a {doc['family']!r} space cannot use it (remove "
                                    f"it from 'rules' and set {name!r} to null)")
@@ -389,11 +391,12 @@ def load_search_space(name_or_path: str | os.PathLike) -> SearchSpace:
 
 def space_for_target(target) -> SearchSpace:
     """The shipped space of a ``tvm.target.Target``'s family (llvm -> cpu)."""
-    kind = str(target.kind.name)
-    if kind not in FAMILY_OF_KIND:
-        raise SearchSpaceError(f"no search space for TVM target kind {kind!r}; known kinds: "
-                               f"{', '.join(FAMILY_OF_KIND)}")
-    return load_search_space(FAMILY_OF_KIND[kind])
+    family = family_of(target, missing_ok=True)
+    if family is None:
+        raise SearchSpaceError(f"no search space for TVM target kind {str(target.kind.name)!r}"
+                               "; known kinds: "
+                               f"{', '.join(f.tvm_kind for f in FAMILIES.values())}")
+    return load_search_space(family.name)
 
 
 def _reuse(r: Reuse | None):
@@ -409,7 +412,7 @@ def _tiling_rules(space: SearchSpace, target) -> list:
                                     if t.vector_load_lens is not None else None),
                   reuse_read=_reuse(t.reuse_read), reuse_write=_reuse(t.reuse_write))
     rules = []
-    if str(target.kind.name) == "llvm":
+    if family_of(target).vector_fma_rules:
         # like MetaSchedule's DefaultX86: the first intrinsic the CPU supports, if any
         for entry in space.tensorize:
             if target_has_features(list(entry.requires), target):
@@ -426,11 +429,12 @@ def _tiling_rules(space: SearchSpace, target) -> list:
 
 def _check_target(space: SearchSpace, target) -> None:
     kind = str(target.kind.name)
-    if FAMILY_OF_KIND.get(kind) != space.family:
+    family = family_of(target, missing_ok=True)
+    if family is not strategy(space.family):
         raise SearchSpaceError(f"{space.origin}: a {space.family!r} space cannot schedule "
                                f"for TVM target kind {kind!r}; use "
-                               f"{FAMILY_OF_KIND.get(kind, '?')}.json")
-    shape = vector_shape(target) if kind == "llvm" else None
+                               f"{family.name if family else '?'}.json")
+    shape = vector_shape(target) if family.vector_fma_rules else None
     for name in ("register_tile", "depthwise"):
         cfg = getattr(space, name)
         if cfg is None or shape is None:
@@ -523,7 +527,7 @@ def space_generator(space: SearchSpace, target):
         "rewrite_reduction_block": pp.RewriteReductionBlock,
         # CPU intrinsics keep their init loop vectorized, as MetaSchedule's CPU default
         "rewrite_tensorize": lambda: pp.RewriteTensorize(
-            vectorize_init_loop=space.family == "cpu"),
+            vectorize_init_loop=strategy(space.family).vectorize_tensorize_init),
         "rewrite_layout": pp.RewriteLayout,
         "verify_gpu_code": pp.VerifyGPUCode,
     }

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
+from ..family import family_of
 from ..gpu.schedule import default_schedule
 from ..reference import max_rel_error
 from .fast_math import exp_lowerings, vectorizable_exp
@@ -81,7 +82,7 @@ def _buffers(func: tvm.tirx.PrimFunc, seed: int) -> list[np.ndarray]:
 @contextlib.contextmanager
 def _loaded(libs, target: tvm.target.Target, remote):
     """``(modules, device)`` of built kernels: here, or uploaded to one RPC session."""
-    kind = {"llvm": "cpu"}.get(str(target.kind.name), str(target.kind.name))
+    kind = family_of(target).device_type
     if remote is None:
         yield list(libs), tvm.device(kind, 0)
         return
@@ -193,7 +194,7 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
     default is the schedule ``compile`` would use (``gpu.schedule.default_schedule``,
     within ``hw``'s limits) on the device.
     """
-    cpu = str(target.kind.name) == "llvm"
+    cpu = family_of(target).host_cpu
     ref_target = target if cpu else tvm.target.Target("llvm")
     seen = exp_lowerings()
     with vectorizable_exp(fast=False):  # libm's exp (checks fast_math's), counted
