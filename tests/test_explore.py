@@ -107,9 +107,10 @@ def test_compare_refuses_plans_of_different_graphs(graph):
 
 
 def test_targets_side_by_side_show_where_the_hardware_differs():
-    # GEMM + softmax: fused on a Zen 4, refused on GPUs, whose dlight would split it
-    # (see test_planner).
-    graph = tf.build_graph(matmul_softmax(16384).mod)
+    # GEMM + softmax: fused on a Zen 4 (its 8 MB of scores would make a DRAM round trip;
+    # its 1 MB weight fits a core's L2 across rows), refused on GPUs, whose dlight would
+    # split it (see test_planner).
+    graph = tf.build_graph(matmul_softmax(16384, 128, 16).mod)
     cmp = compare_targets(graph, ("x86_zen4", "a100", "mi250x"))
     assert [len(p.groups) for p in cmp.plans.values()] == [1, 2, 2]
     assert cmp.differing_nodes() == [0, 1]

@@ -180,7 +180,7 @@ def test_512kb_softmax_row_overflows_avx2_l2_and_avx512_keeps_the_scores_in_l2()
     exps = 15 * 48 * 131072
     compute_us = (2 * mm.flops / eff.gemm + (sm.flops + exps) / eff.vector) / 1177.6e3
     assert rej.fused_us > 47 * 512 * 131072 * 4 / 68e3 > compute_us
-    assert (rej.fused_us, rej.unfused_us) == (pytest.approx(193887.85, abs=0.01),
+    assert (rej.fused_us, rej.unfused_us) == (pytest.approx(193819.91, abs=0.01),
                                               pytest.approx(21352.95, abs=0.01))
     (rule,) = plans["x86_avx512"].rejected
     assert rule.decided_by == "fusion rule" and rule.fused_us is None
@@ -401,7 +401,7 @@ def test_explain_says_why(embedded):
     mmsm = tf.build_graph(matmul_softmax(131072, 48, 512).mod)
     why = tf.plan_fusion(mmsm, "x86_avx2", planner="cost").explain("softmax#1")
     assert "on-chip" in why and "262144 B" in why
-    assert "fused 193887.85 us vs unfused 21352.95 us" in why
+    assert "fused 193819.91 us vs unfused 21352.95 us" in why
 
 
 def test_unknown_planner_is_refused(embedded):

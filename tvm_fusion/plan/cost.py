@@ -33,8 +33,9 @@ Every number is hand-computable from the op graph and ``hw_targets/<name>.json``
     (``(passes-1) * input bytes``; nothing when that input stays in cache), or, when its producers are fused in, recomputes them
     once per extra pass (``(passes-1) *`` their FLOPs and their external input bytes).
     CPUs: a GEMM fused into a multi-pass reduction of its rows computes row by row, and
-    re-reads a weight larger than one core's L2 through the last-level cache once per
-    further row (``(rows-1) *`` weight bytes at the copy rate, added to ``memory_us``).
+    re-reads a B operand (``K x N`` per batch) larger than one core's L2 through the
+    last-level cache once per further row of its batch (``(rows - batches) *`` its bytes
+    at the copy rate, added to ``memory_us``).
 ``compute_us``
     sum of FLOPs (CPUs: with what math calls cost beyond one FLOP each,
     :mod:`.op_info`'s ``transcendental``) / the peak of the unit that runs them: ``<dtype>_matrix`` for fp16,
@@ -264,9 +265,15 @@ def _reduction(model, nid, members, terms):
         # a weight beyond one core's L2 streams through the LLC once per row
         # (PP-OCRv6's 9 MB classifier + softmax: 2.7 ms measured, 40 rows x 9 MB)
         for a in fused_in:
-            weight = model.const_bytes(a) if model.infos[a].role == "contraction" else 0
+            anode, ainfo = model.graph.nodes[a], model.infos[a]
+            if ainfo.role != "contraction" or not anode.op.startswith(("matmul", "dense")) \
+                    or len(anode.shape) < 2:
+                continue
+            # the B operand of each batch (an attention head's K): K x N elements
+            batch = max(ainfo.out_elems // max(int(anode.shape[-1]) * int(anode.shape[-2]), 1), 1)
+            weight = ainfo.reduce_len * int(anode.shape[-1]) * ainfo.dtype_bytes
             if weight > model.core_l2_bytes():
-                terms.reread_bytes += (info.rows - 1) * weight
+                terms.reread_bytes += max(info.rows - batch, 0) * weight
     if row <= onchip_capacity(model.hw):
         return
     extra = info.passes - 1
@@ -531,7 +538,11 @@ class AnalyticalCostModel:
         innermost axis, else ``reduction_vector``. The rest stream at the copy rate.
         """
         infos = [self.infos[n] for n in members]
-        if any(i.strided for i in infos):
+        # measured on float GEMMs and convs only: an int8 conv's requantizing epilogue
+        # writes bytes, not floats, from its VNNI tile
+        if any(i.strided for i in infos) and not any(
+                i.role == "contraction" and is_int8(self.operand_dtype(n))
+                for n, i in zip(members, infos)):
             return "strided"
         if any(i.role == "contraction" for i in infos):
             return None

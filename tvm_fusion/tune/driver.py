@@ -10,6 +10,7 @@ lets the batch in flight finish, keeps everything measured, and returns.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import tempfile
@@ -496,6 +497,11 @@ def _run_search(state, tasks, tvm_target, tdir, remaining, seed, per_batch, *,
 
     def on_sigint(signum, frame):
         if state.stop:  # second Ctrl-C: stop now
+            if frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+                # inside the import machinery's weakref callback an exception is printed
+                # and dropped ("Exception ignored in"): raise it again a moment later
+                threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT)).start()
+                return
             aborted.append(True)  # raised inside MetaSchedule, it comes back a RuntimeError
             # until the abort has unwound, further interrupts (the terminal's reach every
             # process of the group; TVM re-raises its dying workers') are dropped: one
