@@ -112,7 +112,7 @@ def run(model, name: str, targets, decisions: bool = False) -> dict:
     out = {"model": name, "targets": {}}
     for target in targets:
         t0 = time.monotonic()
-        graph, first = plan_model(model.mod, target, "cost")
+        graph, first = plan_model(model.mod, target)
         plan, rep = plan_with_compiled_resources(graph, target, start=first)
         rows = rep.rows
         med = lambda xs: statistics.median(xs) if xs else 0  # noqa: E731

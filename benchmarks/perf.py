@@ -75,7 +75,7 @@ def build(name: str, budgets: list[int], out: Path) -> dict:
     np.savez(out / "feeds.npz", **feeds)
     res = {"model": str(path), "feeds": str(out / "feeds.npz"), "builds": {}}
     hw = as_target("host")
-    graph, plan = plan_model(model.mod, hw, "cost")
+    graph, plan = plan_model(model.mod, hw)
     _, _, tasks = make_schedulable(graph, plan, hw, hw.tvm_target(), prepack=True)
     res["tasks"] = len(tasks)
     for k in budgets:

@@ -130,13 +130,13 @@ def audit(model, targets: list[str], *, cpu_error: float, gpu_error: float,
           name: str = "") -> dict:
     """The audit of ``model`` (an imported model, :func:`tvm_fusion.import_model`) on
     ``targets``; ``cpu_error``, ``gpu_error``: measured median kernel errors."""
-    from tvm_fusion.plan import plan_model
+    from tvm_fusion.plan import PlanOptions, plan_model
     from tvm_fusion.plan.baseline import fuseops_groups
     from tvm_fusion.plan.cost_planner import CostPlanner
     from tvm_fusion.targets import as_target
 
     hws = {t: as_target(t) for t in targets}
-    planned = {t: plan_model(model.mod, hws[t], "cost") for t in targets}
+    planned = {t: plan_model(model.mod, hws[t]) for t in targets}
     out = {"model": name, "decisions": {}, "differences": []}
     for t, (graph, plan) in planned.items():
         out["decisions"][t] = {"kernels": len(plan.groups), "est_us": round(plan.est_us, 2),
@@ -148,7 +148,8 @@ def audit(model, targets: list[str], *, cpu_error: float, gpu_error: float,
     for t, (graph, plan) in planned.items():
         if plan.layout != "NCHW":
             combine = "on" if any(c.combined for c in plan.combine) else "off"
-            graph, plan = plan_model(model.mod, hws[t], "cost", layout="nchw", combine=combine)
+            graph, plan = plan_model(model.mod, hws[t],
+                                     PlanOptions(layout="nchw", combine=combine))
         same[t] = (graph, plan)
     for i, ta in enumerate(targets):
         for tb in targets[i + 1:]:

@@ -8,9 +8,10 @@ the model held out of the shipped x86 cost model's training data), in one proces
    model) with ``--ms-per-task`` (64) trials per tuning task, ``64 x tasks`` in all;
 2. optionally (``--ms-same-budget``, on by default) stock MetaSchedule with the total
    budget of our smallest per-task budget;
-3. tvm-fusion's tuner with the pretrained model (``tune(..., planner="fuseops",
-   cost_model=...)``, the kernels of TVM's FuseOps plan) at each ``--per-task`` budget
-   (4, 8, 16, 32), cumulatively in one log directory (tuning to 8 per task after 4 only
+3. tvm-fusion's tuner with the pretrained model (``tune(...,
+   plan_options=PlanOptions(planner="fuseops"),
+   search_options=SearchOptions(cost_model=...))``, the kernels of TVM's FuseOps plan) at
+   each ``--per-task`` budget (4, 8, 16, 32), cumulatively in one log directory (tuning to 8 per task after 4 only
    adds the difference), compiled from the logs after each budget;
 4. optionally (``--no-pretrained-row``) the same tuner without the pretrained model
    (MetaSchedule's XGBoost model from scratch), the ablation.
@@ -181,8 +182,10 @@ class OursSeries:
             t0 = time.monotonic()
             try:
                 report = tvm_fusion.tune(self.model.imported, self.hw, trials=total,
-                                         logs=self.logs, planner="fuseops",
-                                         cost_model=self.cost_model,
+                                         logs=self.logs,
+                                         plan_options=tvm_fusion.PlanOptions(planner="fuseops"),
+                                         search_options=tvm_fusion.SearchOptions(
+                                             cost_model=self.cost_model),
                                          progress=sys.stderr.isatty())
             finally:
                 self.tune_s += time.monotonic() - t0
@@ -376,9 +379,10 @@ METHOD = """\
   (FuseOps, FuseTIR, MetaScheduleTuneIRMod, MetaScheduleApplyDatabase) then
   `relax.build`, with `total_trials = per-task budget x tasks` (`benchmarks.stock_ms`);
   its only change from stock is the LocalBuilder timeout (see benchmarks/METHODS.md).
-- Ours: `tvm_fusion.tune(model, target, trials=b x tasks, logs=DIR, planner="fuseops",
-  cost_model=MODEL)` for each b, cumulatively in one log directory (each budget adds only
-  the difference; tuning wall time is cumulative), then `compile_model(model, target,
+- Ours: `tvm_fusion.tune(model, target, trials=b x tasks, logs=DIR,
+  plan_options=PlanOptions(planner="fuseops"), search_options=SearchOptions(
+  cost_model=MODEL))` for each b, cumulatively in one log directory (each budget adds
+  only the difference; tuning wall time is cumulative), then `compile_model(model, target,
   logs=DIR)` after each budget. One pretrained model object serves the whole series, so
   it keeps learning from every measurement, as one long run would.
 - Per-task budgets count MetaSchedule's tuning tasks of the FuseOps module for both

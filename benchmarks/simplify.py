@@ -80,10 +80,11 @@ def _build(model, case: _Case, tmp: Path, tag: str, log, *, logs=None, plan=None
            combine: str = "auto"):
     """Kernels and error of one build of ``model``, and its module to time."""
     from benchmarks.coverage_stages import _max_error
-    from tvm_fusion import compile_model, load_module
+    from tvm_fusion import PlanOptions, compile_model, load_module
 
     t0 = time.perf_counter()
-    compiled = compile_model(model, "host", logs=logs, plan=plan, combine=combine)
+    compiled = compile_model(model, "host", logs=logs, plan=plan,
+                             plan_options=PlanOptions(combine=combine))
     module = load_module(compiled.export(tmp / f"{tag}.so"))
     err = _max_error(module(*case.inputs), case.want)
     log(f"    {tag}: {len(compiled.kernels)} kernels, err {err:.1e} "
@@ -95,13 +96,13 @@ def _build(model, case: _Case, tmp: Path, tag: str, log, *, logs=None, plan=None
 
 def _tune(model, logs: Path, per_task: int, combine: str, seed: int = 0) -> dict:
     """Tune ``model`` into ``logs`` with ``per_task`` trials per kernel (task)."""
-    from tvm_fusion import tune
+    from tvm_fusion import PlanOptions, SearchOptions, tune
 
     t0 = time.perf_counter()
-    n = len(tune(model, "host", trials=1, logs=logs, progress=False, seed=seed,
-                 combine=combine).tasks)
-    report = tune(model, "host", trials=per_task * n, logs=logs, progress=False, seed=seed,
-                  combine=combine)
+    options = dict(plan_options=PlanOptions(combine=combine),
+                   search_options=SearchOptions(seed=seed))
+    n = len(tune(model, "host", trials=1, logs=logs, progress=False, **options).tasks)
+    report = tune(model, "host", trials=per_task * n, logs=logs, progress=False, **options)
     return {"tasks": n, "trials": report.trials_total,
             "tune_s": round(time.perf_counter() - t0, 1)}
 

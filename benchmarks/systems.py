@@ -337,7 +337,7 @@ def prepare_fusion(ctx: Context, row: Row, *, planner: str = "cost"):
     if planner == "cost":
         ctx.fusion_logs = logs
     report = tvm_fusion.tune(ctx.model.imported, ctx.hw, trials=ctx.trials, logs=logs,
-                             planner=planner)
+                             plan_options=tvm_fusion.PlanOptions(planner=planner))
     row.tune_s = time.monotonic() - t0
     t0 = time.monotonic()
     compiled = tvm_fusion.compile_model(ctx.model.imported, ctx.hw, logs=logs)

@@ -10,7 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_fusion import build_graph, compile_model, import_model, load_module, tune
+from tvm_fusion import (PlanOptions, SearchOptions, build_graph, compile_model, import_model,
+                        load_module, tune)
 from tvm_fusion.errors import PlanError
 from tvm_fusion.targets import load_target
 from tvm_fusion.plan import (FusionPlan, choose_combine, choose_layout, describe_plan,
@@ -174,7 +175,7 @@ def test_small_qkv_is_combined_and_matches_onnxruntime_with_the_promised_kernels
     for g, w in zip(got, run_onnxruntime(onnx_model, arrays)):
         assert max_rel_error(g, w) < 1e-5
     # off: three matmul kernels again, and the plan is the one made before the decision
-    _, off = plan_model(model.mod, TARGET, combine="off")
+    _, off = plan_model(model.mod, TARGET, PlanOptions(combine="off"))
     assert off.combine == () and "combine" not in off.to_json()
     assert off.hash == separate.hash and len(off.groups) == len(separate.groups)
 
@@ -183,7 +184,7 @@ def test_stored_plan_rebuilds_the_combined_graph_in_tune_and_compile(small, tmp_
     onnx_model, model = small
     _, plan = plan_model(model.mod, TARGET)
     report = tune(model, "host", trials=0, logs=tmp_path, plan=plan, progress=False,
-                  cost_model=None)
+                  search_options=SearchOptions(cost_model=None))
     stored = FusionPlan.from_json(report.plan.to_json())
     assert stored == report.plan and stored.combine == plan.combine
     assert graph_for_plan(model.mod, stored).signature == stored.graph_signature

@@ -234,7 +234,7 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
     hw = load_target("host")
     model = tf.import_model(build_embedded_model(), name="embedded")
     report = tf.tune(model, hw, trials=2, logs=tmp_path, progress=False,
-                     cost_model=make_cost_model(trained, hw))
+                     search_options=tf.SearchOptions(cost_model=make_cost_model(trained, hw)))
     assert report.trials_run == 2
     unmeasured = [t for t in report.tasks if not t.trials]
     assert unmeasured, "the budget reached every kernel; the test needs fewer trials"
@@ -259,7 +259,7 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
     # a second pass over the same log re-searches neither the kernels that got a pick nor
     # those whose picks were all no faster than the default loops
     again = tf.tune(model, hw, trials=2, logs=tmp_path, progress=False,
-                    cost_model=make_cost_model(trained, hw))
+                    search_options=tf.SearchOptions(cost_model=make_cost_model(trained, hw)))
     skipped = set(predicted) | set(entry.get("predicted_no_gain", {}))
     assert not {p.task for p in again.picks} & skipped
 

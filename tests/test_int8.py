@@ -9,7 +9,8 @@ import pytest
 import tvm
 
 import onnx_cases as oc
-from tvm_fusion import build_graph, compile_model, import_model, load_module
+from tvm_fusion import (PlanOptions, SearchOptions, build_graph, compile_model, import_model,
+                        load_module)
 from tvm_fusion.reference import random_inputs, run_onnxruntime
 
 
@@ -194,13 +195,14 @@ def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "_baseline", lambda space, target: None)
     proto = oc.u8_matmul_integer()
     model = import_model(proto)
-    report = tune(model, "host", trials=4, logs=tmp_path, progress=False, trials_per_batch=4)
+    report = tune(model, "host", trials=4, logs=tmp_path, progress=False,
+                  search_options=SearchOptions(trials_per_batch=4))
     if not all(t.best_us is not None for t in report.tasks):
         # one batch of 4 left the kernel with no record in 1 of 9 runs on 2 loaded cores
         # (cause not pinned down; the search samples on 2 threads, so seed 0 does not fix
         # its candidates): a second batch, as a resumed tune gives it
         report = tune(model, "host", trials=8, logs=tmp_path, progress=False,
-                      trials_per_batch=4)
+                      search_options=SearchOptions(trials_per_batch=4))
     assert all(t.best_us is not None for t in report.tasks)
     compiled = compile_model(model, "host", logs=tmp_path)
     assert not compiled.untuned
@@ -280,7 +282,7 @@ def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path)
 
     proto = oc.qdq_convs()
     model = import_model(proto)
-    compiled = compile_model(model, "host", layout="nchwc")
+    compiled = compile_model(model, "host", plan_options=PlanOptions(layout="nchwc"))
     convs = [g for g in compiled.plan.groups if any(o.startswith("conv2d_NCHWc_int8")
                                                      for o in g.ops)]
     # VNNI's form is 16-channel blocks; an AVX2 CPU blocks by its 8 fp32 lanes and keeps
@@ -324,8 +326,9 @@ def test_zero_point_pad_is_the_depthwise_convs_prologue_and_its_kernels_tune(
     monkeypatch.setattr(driver, "_baseline", lambda space, target: None)
     proto = oc.qdq_convs(depthwise=True)
     model = import_model(proto)
-    report = tune(model, "host", trials=12, logs=tmp_path, progress=False, trials_per_batch=4,
-                  layout="nchwc", cost_model="none")
+    report = tune(model, "host", trials=12, logs=tmp_path, progress=False,
+                  plan_options=PlanOptions(layout="nchwc"),
+                  search_options=SearchOptions(trials_per_batch=4, cost_model="none"))
     padded = [t for t in report.tasks if "pad" in t.name and "conv2d" in t.name]
     assert len(padded) == 1 and padded[0].name.startswith("fused_pad_conv2d"), report.tasks
     assert report.rejected == 0 and not (tmp_path / "host" / "rejected.jsonl").exists()
@@ -376,7 +379,7 @@ def _vector_lanes(func, block: str) -> list[int]:
 def stem_depthwise():
     proto = oc.qdq_stem_depthwise()
     model = import_model(proto)
-    return proto, model, compile_model(model, "host", layout="nchwc")
+    return proto, model, compile_model(model, "host", plan_options=PlanOptions(layout="nchwc"))
 
 
 def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):

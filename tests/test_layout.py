@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import onnx_cases as oc
-from tvm_fusion import compile_model, import_model, jit, load_module, tune
+from tvm_fusion import (PlanOptions, SearchOptions, compile_model, import_model, jit,
+                        load_module, tune)
 from tvm_fusion.cli import main
 from tvm_fusion.errors import PlanError
 from tvm_fusion.graph.layout import convert_layout, count_blocked_convs
@@ -33,7 +34,7 @@ def _ops(graph):
 @pytest.mark.parametrize("layout", ["nchw", "NCHW16c", "NCHW8c"])
 def test_every_layout_compiles_and_matches_onnxruntime(chain, layout, tmp_path):
     proto, model, inputs, want = chain
-    compiled = compile_model(model, "host", layout=layout)
+    compiled = compile_model(model, "host", plan_options=PlanOptions(layout=layout))
     assert compiled.plan.layout == {"nchw": "NCHW"}.get(layout, layout)
     got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
     assert max_rel_error(got[0], want[0]) < 1e-5
@@ -47,7 +48,7 @@ def test_blocked_graph_keeps_se_pool_and_residual_blocked(chain):
     _, model, _, _ = chain
     mod = convert_layout(model.mod, "NCHW16c")
     assert count_blocked_convs(mod) == (2, 5)
-    _, plan = plan_model(model.mod, "x86_avx512", layout="nchwc")
+    _, plan = plan_model(model.mod, "x86_avx512", PlanOptions(layout="nchwc"))
     graph = graph_for_plan(model.mod, plan)
     shapes = {n.op: n.shape for n in graph.nodes}
     assert shapes["mean"] == (1, 1, 1, 1, 16)  # squeeze-excite's pool, blocked
@@ -67,7 +68,7 @@ def test_written_out_hardswish_and_scalar_affine_stay_blocked(tmp_path):
     script = convert_layout(model.mod, "NCHW16c")["main"].script()
     assert script.count("R.layout_transform(") == 2 and "call_tir" not in script
     inputs = random_inputs(model.inputs, seed=1)
-    compiled = compile_model(model, "host", layout="nchwc")
+    compiled = compile_model(model, "host", plan_options=PlanOptions(layout="nchwc"))
     got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
     assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5
 
@@ -84,7 +85,7 @@ def test_leaky_relu_and_its_pool_stay_blocked(tmp_path, alpha):
     pool = next(line for line in script.splitlines() if "R.nn.max_pool2d(" in line)
     assert ('layout="NCHW16c"' in pool) == (alpha <= 1)
     inputs = random_inputs(model.inputs, seed=2)
-    compiled = compile_model(model, "host", layout="nchwc")
+    compiled = compile_model(model, "host", plan_options=PlanOptions(layout="nchwc"))
     got = load_module(compiled.export(tmp_path / "m.so"))(*inputs)
     assert max_rel_error(got[0], run_onnxruntime(proto, inputs)[0]) < 1e-5
 
@@ -95,12 +96,12 @@ def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
     assert cpu.layout == "NCHW16c"
     assert "against" in cpu.layout_reason and "layout transforms" in cpu.layout_reason
     # AVX2 blocks by 8 (on this 8x8 chain the two layouts tie there, which keeps NCHW)
-    _, avx2 = plan_model(model.mod, "x86_avx2", layout="nchwc")
+    _, avx2 = plan_model(model.mod, "x86_avx2", PlanOptions(layout="nchwc"))
     assert avx2.layout == "NCHW8c"
     _, gpu = plan_model(model.mod, "a100")
     assert gpu.layout == "NCHW" and "cuda target" in gpu.layout_reason
     with pytest.raises(PlanError, match="is for CPU targets"):
-        plan_model(model.mod, "a100", layout="nchwc")
+        plan_model(model.mod, "a100", PlanOptions(layout="nchwc"))
     _, gemm = plan_model(import_model(oc.split_gemm()).mod, "x86_avx512")
     assert gemm.layout == "NCHW" and gemm.layout_reason == "no conv2d: NCHW"
     back = FusionPlan.from_json(json.loads(json.dumps(cpu.to_json())))
@@ -109,7 +110,7 @@ def test_planner_picks_nchwc_on_avx512_and_keeps_nchw_on_a100(chain):
 
 def test_old_plan_without_layout_is_nchw(chain):
     _, model, _, _ = chain
-    _, plan = plan_model(model.mod, "host", layout="nchw")
+    _, plan = plan_model(model.mod, "host", PlanOptions(layout="nchw"))
     d = plan.to_json()
     del d["layout"], d["layout_reason"]
     old = FusionPlan.from_json(d)
@@ -137,13 +138,15 @@ def test_tuned_nchwc_plan_round_trips_through_the_logs(tmp_path):
     inputs = random_inputs(model.inputs, seed=3)
     want = run_onnxruntime(proto, inputs)
     logs = tmp_path / "logs"
-    report = tune(model, "host", trials=2, logs=logs, layout="nchwc", progress=False,
-                  cost_model=None, trials_per_batch=2)
+    report = tune(model, "host", trials=2, logs=logs, progress=False,
+                  plan_options=PlanOptions(layout="nchwc"),
+                  search_options=SearchOptions(cost_model=None, trials_per_batch=2))
     assert report.plan.layout.startswith("NCHW") and report.plan.layout != "NCHW"
     # (which tasks got a verified record in 2 trials depends on the machine's load)
     tuned = {t.name for t in report.tasks if t.best_us is not None}
     # compile asks for NCHW, the stored plan wins: the graph that was tuned, its kernels
-    compiled = compile_model(model, "host", logs=logs, layout="nchw")
+    compiled = compile_model(model, "host", logs=logs,
+                             plan_options=PlanOptions(layout="nchw"))
     assert compiled.plan.hash == report.plan.hash
     assert compiled.plan.layout == report.plan.layout
     assert {t.name for t in report.tasks} <= set(compiled.kernels)
@@ -155,13 +158,14 @@ def test_tuned_nchwc_plan_round_trips_through_the_logs(tmp_path):
 
 def test_jit_builds_the_forced_layout_and_keeps_it_apart_in_the_cache(chain, tmp_path):
     proto, _, inputs, want = chain
-    blocked = jit(proto, layout="nchwc", cache_dir=tmp_path)
+    blocked = jit(proto, plan_options=PlanOptions(layout="nchwc"), cache_dir=tmp_path)
     assert max_rel_error(blocked(*inputs)[0], want[0]) < 1e-5
     (b,) = blocked.events
     assert b.kind == "compiled"
     assert json.loads(b.path.with_name(b.path.name + ".json").read_text())["layout"] != "NCHW"
     sig = [("x", (1, 3, 16, 16))]
-    keys = {jit(proto, layout=lay, cache_dir=tmp_path).cache_key(sig)
+    keys = {jit(proto, plan_options=PlanOptions(layout=lay), cache_dir=tmp_path)
+            .cache_key(sig)
             for lay in ("auto", "nchw", "nchwc")}
     assert len(keys) == 3
 
@@ -186,7 +190,7 @@ def test_a_model_convertlayout_cannot_take_plans_in_nchw_and_forcing_it_says_why
     _, plan = plan_model(model.mod, "x86_avx512")
     assert plan.layout == "NCHW" and "ConvertLayout" in plan.layout_reason
     with pytest.raises(PlanError, match="--layout auto or nchw"):
-        plan_model(model.mod, "x86_avx512", layout="nchwc")
+        plan_model(model.mod, "x86_avx512", PlanOptions(layout="nchwc"))
 
 
 def test_nchw_convs_pay_their_own_share_so_full_lanes_still_block():

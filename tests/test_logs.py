@@ -63,7 +63,8 @@ TUNER = textwrap.dedent("""
     import tvm_fusion as tf
     onnx_path, logs, batch, trials = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     model = tf.import_model(onnx_path, {"x": (batch, 64)})
-    r = tf.tune(model, "host", trials=trials, logs=logs, progress=False, trials_per_batch=4)
+    r = tf.tune(model, "host", trials=trials, logs=logs, progress=False,
+                search_options=tf.SearchOptions(trials_per_batch=4))
     print("TOTAL", r.trials_total)
 """)
 

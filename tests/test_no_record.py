@@ -15,7 +15,7 @@ import tvm
 
 import tvm_fusion as tf
 from tvm_fusion.data import shipped_logs_dir
-from tvm_fusion.plan import plan_model
+from tvm_fusion.plan import PlanOptions, plan_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.targets import as_target
 from tvm_fusion.tune import fallback
@@ -34,7 +34,7 @@ def chain():
 
 
 def _kernels(model, hw):
-    graph, plan = plan_model(model.mod, hw, "cost")
+    graph, plan = plan_model(model.mod, hw)
     return plan, kernel_module(graph, plan, prepack=True)
 
 
@@ -239,10 +239,11 @@ def test_a_pad_of_the_high_edge_is_no_conv_epilogue_and_every_kernel_is_schedule
     from onnx_cases import conv_relu_end_pad
     proto = conv_relu_end_pad()
     model = tf.import_model(proto)
-    graph, plan = plan_model(model.mod, "host", "cost", layout="nchw")  # PP-OCRv6's stem
+    graph, plan = plan_model(model.mod, "host", PlanOptions(layout="nchw"))  # PP-OCRv6's stem
     pad = next(g for g in plan.groups if any(o.startswith("pad") for o in g.ops))
     assert pad.ops == ("pad#3", "conv2d1#4"), plan.explain("pad#3")
-    compiled = tf.compile_model(model, "host", no_record="auto", layout="nchw")
+    compiled = tf.compile_model(model, "host", no_record="auto",
+                                plan_options=PlanOptions(layout="nchw"))
     assert "unscheduled" not in compiled.schedules.values(), compiled.schedules
     inputs = random_inputs(model.inputs, seed=4)
     got = tf.load_module(compiled.export(tmp_path / "m.so"))(*inputs)

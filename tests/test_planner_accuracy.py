@@ -78,7 +78,7 @@ def test_a_model_tuned_with_an_input_fixed_is_reimported_with_it(tmp_path):
     path = tmp_path / "scaled.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     model = tf.import_model(path, consts={"s": np.float32([2.0])})
-    _, plan = plan_model(model.mod, tf.load_target("host"), "cost")
+    _, plan = plan_model(model.mod, tf.load_target("host"))
     entry = {"source": str(path), "inputs": {"x": [4, 8]}, "consts": {"s": [2.0]}}
     host = tf.load_target("host")
     assert group_data._graph_for(ModelEntry.from_json(entry), plan, host) is not None

@@ -34,6 +34,8 @@ from onnx_cases import _vi, T, const, h, make
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 8
+NO_COST_MODEL = tf.SearchOptions(cost_model="none")
+PREPACK = tf.PlanOptions(prepack=True)
 W2 = (64, 32)  # the matmul's weight as the model stores it
 
 
@@ -50,9 +52,9 @@ def conv_matmul() -> onnx.ModelProto:
          const("shp", [16, 64], np.int64), const("w2", rng.standard_normal(W2))])
 
 
-def _tune(model, logs, **kw):
+def _tune(model, logs):
     return tf.tune(model, "host", trials=TRIALS, logs=logs, progress=False,
-                   cost_model="none", **kw)
+                   search_options=NO_COST_MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -179,20 +181,21 @@ def test_logs_from_before_prepacking_keep_their_setting_and_refuse_the_other(tmp
     entry = _entry(logs, model, "x86_zen4")
     assert "prepack" not in entry  # what every log written before prepacking holds
     with pytest.raises(LogError, match="tuned without weight prepacking.*new log directory"):
-        tf.compile_model(model, "x86_zen4", logs=logs, prepack=True)
+        tf.compile_model(model, "x86_zen4", logs=logs, plan_options=PREPACK)
     # a re-tune into the old entry keeps its setting, and says so
     with pytest.warns(UserWarning, match="without weight prepacking, so tuning continues"):
         tf.tune(model, "x86_zen4", trials=entry["trials"], logs=logs, progress=False,
-                cost_model="none")
+                search_options=NO_COST_MODEL)
     assert "prepack" not in _entry(logs, model, "x86_zen4")
     with pytest.raises(LogError, match="--prepack"):
         tf.tune(model, "x86_zen4", trials=entry["trials"], logs=logs, progress=False,
-                cost_model="none", prepack=True)
+                plan_options=PREPACK, search_options=NO_COST_MODEL)
 
 
 def test_prepacked_logs_refuse_no_prepack(tuned):
     with pytest.raises(LogError, match="tuned with weight prepacking"):
-        tf.compile_model(tuned["model"], "host", logs=tuned["packed"], prepack=False)
+        tf.compile_model(tuned["model"], "host", logs=tuned["packed"],
+                         plan_options=tf.PlanOptions(prepack=False))
 
 
 def test_cli_names_the_conflicting_flag(tuned, tmp_path):
@@ -375,7 +378,7 @@ def test_a_bias_read_by_split_slices_stays_unpacked_and_every_candidate_verifies
     assert list(func.attrs["layout_free_buffers"]) == [1]  # (x, w, b, q, k, v): w only
     logs = tmp_path / "logs"
     report = tf.tune(model, "host", trials=16, logs=logs, plan=plan, progress=False,
-                     cost_model="none")
+                     search_options=NO_COST_MODEL)
     assert report.trials_run == 16
     assert not (logs / "host" / "rejected.jsonl").exists()
     compiled = tf.compile_model(model, "host", logs=logs)

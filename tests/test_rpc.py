@@ -88,7 +88,8 @@ def test_tune_measures_through_the_tracker(rpc, tmp_path):
     tracker, server_log = rpc
     model = tf.import_model(_matmul_relu_model(), name="mm-relu")
     report = tf.tune(model, "host", trials=4, logs=tmp_path, progress=False,
-                     rpc_tracker=tracker, rpc_key="cpu0")
+                     search_options=tf.SearchOptions(
+                         rpc=tf.RpcOptions(tracker=tracker, key="cpu0")))
     assert report.trials_run == 4
     # every candidate the runner measured was loaded by the RPC server
     loads = server_log.read_text().count("load_module")

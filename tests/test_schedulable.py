@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
-from tvm_fusion.plan import plan_from_groups, plan_model
+from tvm_fusion.plan import PlanOptions, plan_from_groups, plan_model
 from tvm_fusion.tune.logs import target_dir
 from tvm_fusion.tune.schedulable import make_schedulable, unschedulable_groups
 
@@ -113,7 +113,7 @@ def test_a_stored_plan_with_a_pad_after_a_conv_is_split(tmp_path):
 
     model = tf.import_model(oc.qdq_convs(depthwise=True), name="qdq-pad")
     hw = tf.load_target("host")
-    graph, planned = plan_model(model.mod, hw, "cost", layout="nchwc")
+    graph, planned = plan_model(model.mod, hw, PlanOptions(layout="nchwc"))
     groups = [list(g.nodes) for g in planned.groups]
     pad = next(i for i, g in enumerate(planned.groups) if g.ops[0].startswith("pad"))
     first = graph.nodes[groups[pad][0]]

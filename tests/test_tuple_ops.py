@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import onnx_cases as oc
-from tvm_fusion import build_graph, compile_model, import_model, load_module, load_target
+from tvm_fusion import (PlanOptions, build_graph, compile_model, import_model, load_module,
+                        load_target)
 from tvm_fusion.errors import LoweringError, PlanError
 from tvm_fusion.plan import apply_plan, make_plan, plan_from_groups
 from tvm_fusion.plan.baseline import tvm_fuseops_groups
@@ -20,7 +21,7 @@ from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 def _check_against_ort(proto, tmp_path, *, inputs=None, plan=None, planner="cost"):
     """Compile for the host, export, load, run; every output equals ONNX Runtime's."""
     model = import_model(proto)
-    compiled = compile_model(model, "host", plan=plan, planner=planner)
+    compiled = compile_model(model, "host", plan=plan, plan_options=PlanOptions(planner=planner))
     module = load_module(compiled.export(tmp_path / f"{proto.graph.name}.so"))
     inputs = inputs or random_inputs(model.inputs, seed=3)
     got, want = module(*inputs), run_onnxruntime(proto, inputs)

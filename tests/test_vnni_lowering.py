@@ -35,7 +35,7 @@ def _kernels(proto):
     from tvm_fusion.tune.schedulable import kernel_module
 
     hw = load_target("host")
-    graph, plan = plan_model(import_model(proto).mod, hw, "cost")
+    graph, plan = plan_model(import_model(proto).mod, hw)
     return kernel_module(graph, plan, prepack=True), hw.tvm_target()
 
 

@@ -7,7 +7,9 @@ The pipeline, one function per stage, each usable alone::
     graph = build_graph(model.mod)
     plan = plan_fusion(graph, "host")
     fused = apply_plan(graph, plan)
-    report = tune(model, "host", trials=64, logs="tuning_logs")
+    report = tune(model, "host", trials=64, logs="tuning_logs",
+                  plan_options=PlanOptions(layout="nchwc"),   # how a fresh plan is made
+                  search_options=SearchOptions(seed=1))       # how the search runs
     compile_model(model, "host", logs="tuning_logs").export("model.so")
     outputs = load_module("model.so")(x)
     outputs = jit("model.onnx", target="host", logs="tuning_logs")(x)  # cached per shape
@@ -32,16 +34,17 @@ from .deploy import CompiledModel, Module, compile_model, jit, load_module
 from .errors import TvmFusionError
 from .frontend import ImportedModel, TensorInfo, parse_shape
 from .graph import OpGraph, build_graph
-from .plan import FusedGroup, FusionPlan, apply_plan, plan_fusion
+from .plan import FusedGroup, FusionPlan, PlanOptions, apply_plan, plan_fusion
 from .simplify import SimplifyReport, import_model, simplify_model
 from .targets import HardwareTarget, list_targets, load_target
-from .tune import TuneReport, tune
+from .tune import RpcOptions, SearchOptions, TuneReport, tune
 from .version import __version__
 
 
 __all__ = [
     "CompiledModel", "FusedGroup", "FusionPlan", "HardwareTarget", "ImportedModel",
-    "Module", "OpGraph", "SimplifyReport", "TensorInfo", "TuneReport", "TvmFusionError",
+    "Module", "OpGraph", "PlanOptions", "RpcOptions", "SearchOptions", "SimplifyReport",
+    "TensorInfo", "TuneReport", "TvmFusionError",
     "apply_plan", "build_graph", "compile_model", "import_model", "jit", "list_targets",
     "load_module", "load_target", "parse_shape", "plan_fusion", "simplify_model", "tune",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import signal
@@ -27,14 +28,16 @@ from .family import strategy
 from .frontend.consts import apply_consts, parse_const
 from .frontend.external import load_external_data
 from .gpu.precision import apply_precision
-from .gpu.resources import RESOURCE_MODES, plan_resources
+from .gpu.resources import plan_resources
 from .model_spec import load_model_spec
 from .offline import cli as offline_cli
-from .plan import COMBINE_MODES, LAYOUTS, make_plan, plan_model
+from .plan import COMBINE_MODES, LAYOUTS, PLANNERS, RESOURCE_MODES, PlanOptions, make_plan, \
+    plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import as_target, format_targets_table, list_targets, load_target
 from .tune.fallback import DEFAULT_BUDGET_S
 from .tune.measure import REPEAT, RUN_TIMEOUT_S, check_tracker_host, parse_tracker
+from .tune.options import RpcOptions, SearchOptions
 from .tune.progress import Stages
 
 MODEL_HELP = ("an .onnx file, `embedded` (the built-in demo model), or a zoo model "
@@ -134,6 +137,35 @@ def _add_prepack_flag(p, help_text: str) -> None:
                    help=help_text)
 
 
+def _plan_options(args) -> PlanOptions:
+    """The :class:`PlanOptions` of a command's planning flags (--planner, --layout,
+    --combine, --resources, --group-model, --prepack: those the command has; the
+    defaults for the rest). Loads the --group-model file, so call it before the import."""
+    names = {f.name for f in dataclasses.fields(PlanOptions)} - {"group_model"}
+    given = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    if getattr(args, "group_model", None) is not None:
+        given["group_model"] = cost_model_cli.group_model_of(args.group_model)
+    return PlanOptions(**given)
+
+
+def _search_options(args) -> SearchOptions:
+    """The :class:`SearchOptions` of ``tune``'s search flags. Refuses an RPC tracker off
+    this machine's loopback (unless --rpc-allow-remote) before any connection; call it
+    before the import, so there are no minutes of work before the refusal."""
+    rpc = None
+    if (args.rpc_tracker is None) != (args.rpc_key is None):
+        raise TvmFusionError("--rpc-tracker and --rpc-key go together: give both to measure "
+                             "on remote devices, or neither to measure on this machine")
+    if args.rpc_tracker is not None:
+        check_tracker_host(*parse_tracker(args.rpc_tracker),
+                           allow_remote=args.rpc_allow_remote)
+        rpc = RpcOptions(tracker=args.rpc_tracker, key=args.rpc_key,
+                         allow_remote=args.rpc_allow_remote)
+    return SearchOptions(seed=args.seed, cost_model=args.cost_model,
+                         search_space=args.search_space, run_timeout_s=args.run_timeout,
+                         measure="none" if args.dry_run else "device", rpc=rpc)
+
+
 def cmd_targets(args) -> int:
     print(format_targets_table([load_target(n) for n in list_targets()]))
     return 0
@@ -176,21 +208,21 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    group_model = cost_model_cli.group_model_of(args.group_model)  # before the import
+    options = _plan_options(args)  # before the import: it loads the group model
     stages = Stages("plan", enabled=not args.quiet)  # says nothing unless it takes a while
     try:
         stages(f"importing {args.model}")
         model = _model_from_args(args)
-        graph, plan = plan_model(model.mod, args.target, args.planner, layout=args.layout,
-                                 combine=args.combine, group_model=group_model,
-                                 progress=stages)
-        if args.resources != "estimated":
+        graph, plan = plan_model(model.mod, args.target, options, progress=stages)
+        if options.resources != "estimated":
             stages(f"compiling {len(plan.groups)} kernels to read their registers")
-        plan, resources = plan_resources(graph, args.target, plan, mode=args.resources,
-                                         planner=args.planner, group_model=group_model)
-        if args.planner != "fuseops":
+        plan, resources = plan_resources(graph, args.target, plan, mode=options.resources,
+                                         planner=options.planner,
+                                         group_model=options.group_model)
+        if options.planner != "fuseops":
             stages("planning TVM FuseOps' partition to compare")
-            base = make_plan(graph, as_target(args.target), "fuseops", group_model=group_model,
+            base = make_plan(graph, as_target(args.target), "fuseops",
+                             group_model=options.group_model,
                              compiled=resources.compiled if resources else None)
     finally:
         stages.close()
@@ -226,18 +258,12 @@ def cmd_tune(args) -> int:
     if args.trials is None and not args.dry_run:
         raise TvmFusionError("--trials N is required (the total number of measurements); "
                              "or --dry-run, which measures nothing")
-    if args.rpc_tracker is not None:  # before the import: no minutes of work to refuse it
-        check_tracker_host(*parse_tracker(args.rpc_tracker),
-                           allow_remote=args.rpc_allow_remote)
+    search_options = _search_options(args)  # before the import: no minutes of work first
+    plan_options = _plan_options(args)
     model = _model_from_args(args)
     report = tune(model, args.target, trials=args.trials or 0, logs=args.logs,
-                  planner=args.planner, progress=not args.quiet, seed=args.seed,
-                  cost_model=args.cost_model, search_space=args.search_space,
-                  group_model=cost_model_cli.group_model_of(args.group_model),
-                  rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-                  rpc_allow_remote=args.rpc_allow_remote, run_timeout_s=args.run_timeout,
-                  measure="none" if args.dry_run else "device", layout=args.layout,
-                  prepack=args.prepack, combine=args.combine, resources=args.resources)
+                  plan_options=plan_options, search_options=search_options,
+                  progress=not args.quiet)
     _print_tune_report(report)
     wanted = {"fuseops": "fuseops-rules"}.get(args.planner, args.planner)
     if report.plan.planner != wanted:
@@ -319,12 +345,10 @@ def cmd_compile(args) -> int:
     if args.logs and logs is None:
         print(f"note: {args.logs} does not exist; every kernel gets its default schedule")
     stages = Stages("compile")  # says nothing unless it takes a while
-    compiled = compile_model(model, args.target, logs=logs,
-                             allow_other_target=args.allow_other_target, layout=args.layout,
-                             prepack=args.prepack, combine=args.combine,
-                             resources=args.resources, no_record=args.no_record,
-                             no_record_budget_s=args.no_record_budget,
-                             progress=stages)
+    compiled = compile_model(model, args.target, logs=logs, plan_options=_plan_options(args),
+                             allow_other_target=args.allow_other_target,
+                             no_record=args.no_record,
+                             no_record_budget_s=args.no_record_budget, progress=stages)
     stages.close()
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
@@ -525,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "target and print each kernel with its predicted time.")
     _add_model_args(pl)
     pl.add_argument("--json", metavar="OUT", help="write the plan as JSON to OUT")
-    pl.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
+    pl.add_argument("--planner", choices=PLANNERS, default="cost",
                     help="cost (default): the hardware-aware planner, by predicted time "
                          "on --target (also prints how its kernels differ from FuseOps'); "
                          "fuseops: the partition TVM's own FuseOps makes")
@@ -560,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "predicted, not measured, in the log; `compile` lists such kernels, "
                          "and a later measured tune on the device replaces them")
     tu.add_argument("--logs", required=True, metavar="DIR", help="tuning log directory")
-    tu.add_argument("--planner", choices=("fuseops", "cost"), default="cost",
+    tu.add_argument("--planner", choices=PLANNERS, default="cost",
                     help="fusion planner for a model with no plan in the logs yet "
                          "(default cost; a resumed run keeps the stored plan)")
     tu.add_argument("--seed", type=int, default=0, help="search seed (default 0)")

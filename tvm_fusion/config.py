@@ -47,8 +47,9 @@ JIT_CACHE = Knob(
     meaning="where jit() caches an executable per model, target and input shapes")
 COST_MODEL = Knob(
     name="TVM_FUSION_COST_MODEL", default=None,
-    meaning="what tune(cost_model='auto') uses: 'none' (MetaSchedule's own model) or a "
-            "saved model's path; unset: the model shipped for the target's hardware")
+    meaning="what SearchOptions(cost_model='auto') uses: 'none' (MetaSchedule's own "
+            "model) or a saved model's path; unset: the model shipped for the target's "
+            "hardware")
 GROUP_MODEL = Knob(
     name="TVM_FUSION_GROUP_MODEL", default=None,
     meaning="what --group-model auto uses: 'none' (the analytical model) or a saved group "

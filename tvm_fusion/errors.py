@@ -52,3 +52,13 @@ class ModuleLoadError(TvmFusionError):
 
 class CostModelError(TvmFusionError):
     """A cost model file that cannot be used, or training data that cannot train one."""
+
+
+class OptionError(TvmFusionError, ValueError):
+    """An option (:class:`~tvm_fusion.PlanOptions`, :class:`~tvm_fusion.SearchOptions`)
+    with a value it cannot take. ``field`` names it, ``allowed`` says what it takes."""
+
+    def __init__(self, message: str, *, field: str = "", allowed: str = ""):
+        super().__init__(message)
+        self.field = field
+        self.allowed = allowed

@@ -36,7 +36,7 @@ from ..costmodel import make_cost_model
 from ..gpu.schedule import default_cpu_schedule, default_schedule
 from ..gpu.tir_check import check_scheduled
 from ..kernels import KernelOptions, prepare_kernels
-from ..plan import FusionPlan
+from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
 from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
@@ -282,9 +282,8 @@ def _prim_funcs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:
 
 def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *,
                   logs: str | Path | None = None, plan: FusionPlan | None = None,
-                  planner: str = "cost", allow_other_target: bool = False,
-                  layout: str = "auto", prepack: bool | None = None,
-                  combine: str = "auto", resources: str = "auto",
+                  plan_options: PlanOptions = PlanOptions(),
+                  allow_other_target: bool = False,
                   no_record: str | None = None,
                   no_record_budget_s: float = DEFAULT_BUDGET_S,
                   progress=None) -> CompiledModel:
@@ -299,21 +298,17 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         kernel gets its default schedule.
     plan : FusionPlan, optional
         Overrides the plan stored in the logs.
-    planner : str
-        Planner of a fresh plan when neither ``plan`` nor a stored plan is there.
+    plan_options : PlanOptions
+        How a fresh plan (neither ``plan`` nor a stored plan is there) partitions and
+        lays out the model: planner, layout, combine, resources, group_model; a stored
+        or given plan keeps its own. ``prepack``: apply records of kernels tuned with
+        prepacked weights, and pack those weights into the module at build (see
+        :func:`~tvm_fusion.tune`). Default: what the model's manifest entry was tuned
+        with (an entry from before prepacking: off), else on for CPU targets. Asking
+        for the other setting than the entry's raises
+        :class:`~tvm_fusion.errors.LogError` (none of its records would apply).
     allow_other_target : bool
         Use logs whose manifest names another target key or hardware hash.
-    layout : str
-        Convolution layout of a fresh plan (``auto``, ``nchw``, ``nchwc``); a stored or
-        given plan keeps its own.
-    combine : str
-        Parallel matmuls (Q/K/V) of a fresh plan: ``auto``, ``on``, ``off``
-        (:mod:`~tvm_fusion.plan.combine`); a stored or given plan keeps its own.
-    resources : str
-        GPU targets, a fresh plan: ``auto`` (default) re-plans with the registers and
-        shared memory the compiler allocates for each kernel where it is here (nvcc;
-        the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
-        (:func:`tvm_fusion.gpu.resources.plan_resources`).
     no_record : str, optional
         CPU kernels without a record (:mod:`tvm_fusion.tune.fallback`); default
         ``$TVM_FUSION_NO_RECORD``, else ``auto``: the shipped cost model's pick from a short search while
@@ -324,12 +319,6 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         Seconds of cost-model search over all kernels without a record.
     progress : callable, optional
         Called with one line of text per kernel scheduled without a record.
-    prepack : bool, optional
-        Apply records of kernels tuned with prepacked weights, and pack those weights
-        into the module at build (see :func:`~tvm_fusion.tune`). Default: what the
-        model's manifest entry was tuned with (an entry from before prepacking: off),
-        else on for CPU targets. Passing the other setting than the entry's raises
-        :class:`~tvm_fusion.errors.LogError` (none of its records would apply).
 
     Returns
     -------
@@ -352,8 +341,8 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         require_rocm_build(hw)
     tvm_target = hw.tvm_target()
     kernels = prepare_kernels(model, hw, logs, KernelOptions(
-        plan=plan, planner=planner, layout=layout, combine=combine, resources=resources,
-        prepack=prepack, allow_other_target=allow_other_target, before_simplify="warn"))
+        plan=plan, plan_options=plan_options, allow_other_target=allow_other_target,
+        before_simplify="warn"))
     model, entry, graph, plan = kernels.model, kernels.entry, kernels.graph, kernels.plan
     tdir, prepack = kernels.tdir, kernels.prepack
     if tdir is not None and kernels.manifest is None and (tdir / WORKLOAD_FILE).exists():

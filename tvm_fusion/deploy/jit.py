@@ -16,6 +16,7 @@ import os
 import tempfile
 import threading
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ..simplify import SIMPLIFY_VERSION, import_model
 from ..frontend.onnx_import import _load as load_onnx
 from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
+from ..plan import PlanOptions
 from ..targets import HardwareTarget, as_target
 from ..tune.logs import content_hash, target_dir
 from ..tune.manifest import target_key, versions
@@ -42,6 +44,22 @@ def _kinds(info: dict) -> str:
     """``"3 predicted, 5 rule default"``: how the kernels without a record were scheduled."""
     kinds = [k for k in info.get("schedules", {}).values() if k != "measured"]
     return ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "defaults"
+
+
+def _options_key(options: PlanOptions) -> dict:
+    """The plan options a cache key holds: each one set away from its default (so the
+    defaults keep the keys they had). ``prepack`` unset is the logs' setting, in their
+    hash; a group model is keyed by its training sidecar, else by the object itself
+    (this process only)."""
+    default = PlanOptions()
+    key = {f.name: getattr(options, f.name) for f in dataclasses.fields(PlanOptions)
+           if f.name != "group_model" and getattr(options, f.name) != getattr(default, f.name)}
+    gm = options.group_model
+    if gm is not None:
+        meta = getattr(gm, "meta", None)
+        key["group_model"] = (json.dumps(meta, sort_keys=True, default=str)
+                              if isinstance(meta, dict) else f"{type(gm).__qualname__}@{id(gm)}")
+    return key
 
 
 def default_cache_dir() -> Path:
@@ -68,7 +86,7 @@ class JitFunction:
     """
 
     def __init__(self, model, *, target, logs, cache_dir, allow_other_target, name,
-                 simplify=True, layout="auto", prepack=None):
+                 simplify=True, plan_options: PlanOptions = PlanOptions()):
         self._raw, self._proto, self.source = load_onnx(model, name)
         # a path keeps external weights (models over 2 GB) loadable by the importer
         self._model = model if isinstance(model, (str, os.PathLike)) else self._raw
@@ -78,8 +96,7 @@ class JitFunction:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.allow_other_target = allow_other_target
         self.simplify = simplify
-        self.layout = layout
-        self.prepack = prepack
+        self.plan_options = plan_options
         self._modules: dict[tuple, Module] = {}
         self._lock = threading.Lock()
         self.events: list[JitEvent] = []
@@ -123,10 +140,7 @@ class JitFunction:
             "simplify": SIMPLIFY_VERSION if self.simplify else None,
             "module_version": MODULE_VERSION, **versions(),
         }
-        if self.layout != "auto":  # a forced layout builds another graph (auto keeps old keys)
-            doc["layout"] = self.layout
-        if self.prepack is not None:  # forced; by default the logs' setting (in their hash)
-            doc["prepack"] = self.prepack
+        doc.update(_options_key(self.plan_options))
         text = json.dumps(doc, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()[:32]
 
@@ -166,7 +180,7 @@ class JitFunction:
         logs = self.logs if self.logs is not None and self.logs.exists() else None
         compiled = compile_model(model, self.hw, logs=logs,
                                  allow_other_target=self.allow_other_target,
-                                 layout=self.layout, prepack=self.prepack)
+                                 plan_options=self.plan_options)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         # Export under a temporary name, then rename: a concurrent process sees either
         # no entry or a whole one (the library first, its description last).
@@ -184,8 +198,8 @@ class JitFunction:
 
 def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None = None,
         cache_dir: str | Path | None = None, allow_other_target: bool = False,
-        name: str | None = None, simplify: bool = True, layout: str = "auto",
-        prepack: bool | None = None) -> JitFunction:
+        name: str | None = None, simplify: bool = True,
+        plan_options: PlanOptions = PlanOptions()) -> JitFunction:
     """A callable that compiles ``model`` from ``logs`` on first call per input shape.
 
     Parameters
@@ -205,12 +219,12 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
         What to call the model in messages.
     simplify : bool
         Simplify the graph before planning (default), as :func:`tvm_fusion.import_model`.
-    layout : str
-        Convolution layout when the logs hold no plan for a signature (``auto``, ``nchw``,
-        ``nchwc``; :mod:`tvm_fusion.plan.layout`); a stored plan keeps its own.
-    prepack : bool, optional
-        As :func:`~tvm_fusion.compile_model`: default, the setting each signature's
-        records were tuned with (the module then carries the packed weights).
+    plan_options : PlanOptions
+        How a signature the logs hold no plan for is planned (planner, layout, combine,
+        resources, group_model); a stored plan keeps its own. ``prepack``: as
+        :func:`~tvm_fusion.compile_model`, by default the setting each signature's
+        records were tuned with (the module then carries the packed weights). Every
+        field set away from its default is part of the cache key.
 
     Returns
     -------
@@ -223,4 +237,4 @@ def jit(model, *, target: str | HardwareTarget = "host", logs: str | Path | None
     config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     return JitFunction(model, target=target, logs=logs, cache_dir=cache_dir,
                        allow_other_target=allow_other_target, name=name,
-                       simplify=simplify, layout=layout, prepack=prepack)
+                       simplify=simplify, plan_options=plan_options)

@@ -30,6 +30,7 @@ from ..family import CDNA_OCCUPANCY, CODE_OBJECT, PTXAS, strategy
 from ..plan import AnalyticalCostModel, apply_plan, make_plan
 from ..plan.cost_planner import describe_groups
 from ..plan.gpu_resources import GpuResources
+from ..plan.options import RESOURCE_MODES
 from ..plan.gpu_terms import waves_per_simd
 from ..targets import as_target
 from .amdgpu import amdgpu_compile, find_toolchain, toolchain
@@ -299,9 +300,6 @@ def resource_rows(graph, plan, hw, compiled) -> tuple[ResourceRow, ...]:
             waves_per_simd=waves_per_simd(b)
             if strategy(hw).occupancy_rules == CDNA_OCCUPANCY else 0))
     return tuple(rows)
-
-
-RESOURCE_MODES = ("auto", "compiled", "estimated")
 
 
 def plan_resources(graph, hw, plan, *, mode: str = "auto", planner: str = "cost",

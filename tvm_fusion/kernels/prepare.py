@@ -18,10 +18,10 @@ from typing import Any
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import LogError
+from ..errors import LogError, OptionError
 from ..gpu.resources import plan_resources
 from ..graph import OpGraph
-from ..plan import FusionPlan, graph_for_plan, plan_model
+from ..plan import FusionPlan, PlanOptions, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
 from ..tune.logs import target_dir
 from ..tune.manifest import Manifest, ModelEntry, load_manifest, read_manifest
@@ -40,22 +40,12 @@ class KernelOptions:
     ----------
     plan : FusionPlan, optional
         Use this plan rather than the stored one or a fresh one.
-    planner : str
-        Planner of a fresh plan (no ``plan``, none stored).
-    layout : str
-        Convolution layout of a fresh plan: ``auto``, ``nchw``, ``nchwc``
-        (:mod:`~tvm_fusion.plan.layout`); a stored or given plan keeps its own.
-    combine : str
-        Parallel matmuls of a fresh plan: ``auto``, ``on``, ``off``
-        (:mod:`~tvm_fusion.plan.combine`).
-    resources : str
-        GPU targets, a fresh plan: ``auto``, ``compiled`` or ``estimated`` kernel
-        resources (:func:`tvm_fusion.gpu.resources.plan_resources`).
-    group_model : optional
-        A learned group-latency model pricing a fresh plan's kernels.
-    prepack : bool, optional
-        Weight prepacking asked for; None: the records' setting, else the target's
-        default (:func:`tvm_fusion.tune.prepack.resolve_prepack`).
+    plan_options : PlanOptions
+        How a fresh plan (no ``plan``, none stored) partitions and lays out the model
+        (planner, layout, combine, resources, group_model), and the weight prepacking
+        asked for (``prepack``; None: the records' setting, else the target's default:
+        :func:`tvm_fusion.tune.prepack.resolve_prepack`). A stored or given plan keeps
+        its own partition and layout.
     prepack_of : str
         Which entry's setting ``prepack`` must agree with: ``entry``, the model's (a
         build applies its records whatever the plan); ``plan``, only an entry of the
@@ -79,12 +69,7 @@ class KernelOptions:
     """
 
     plan: FusionPlan | None = None
-    planner: str = "cost"
-    layout: str = "auto"
-    combine: str = "auto"
-    resources: str = "auto"
-    group_model: Any = None
-    prepack: bool | None = None
+    plan_options: PlanOptions = PlanOptions()
     prepack_of: str = "entry"
     allow_other_target: bool = False
     check_logs: bool = True
@@ -93,12 +78,17 @@ class KernelOptions:
     schedulable: bool = False
 
     def __post_init__(self):
-        if self.before_simplify not in BEFORE_SIMPLIFY:
-            raise ValueError(f"before_simplify must be one of {BEFORE_SIMPLIFY}, got "
-                             f"{self.before_simplify!r}")
-        if self.prepack_of not in PREPACK_OF:
-            raise ValueError(f"prepack_of must be one of {PREPACK_OF}, got "
-                             f"{self.prepack_of!r}")
+        if not isinstance(self.plan_options, PlanOptions):
+            raise OptionError(f"KernelOptions.plan_options must be a PlanOptions; got "
+                              f"{type(self.plan_options).__name__}", field="plan_options",
+                              allowed="PlanOptions")
+        for name, allowed in (("before_simplify", BEFORE_SIMPLIFY),
+                              ("prepack_of", PREPACK_OF)):
+            value = getattr(self, name)
+            if value not in allowed:
+                choices = ", ".join(map(repr, allowed))
+                raise OptionError(f"KernelOptions.{name} must be one of {choices}; got "
+                                  f"{value!r}", field=name, allowed=choices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,7 +195,8 @@ def prepare_kernels(model, target: str | HardwareTarget = "host", logs=None,
     ------
     LogError
         The manifest is refused (``options.check_logs``), the model is not in it
-        (``options.require_entry``), or ``options.prepack`` disagrees with the records.
+        (``options.require_entry``), or ``options.plan_options.prepack`` disagrees with
+        the records.
     """
     hw = as_target(target)
     tdir = target_dir(logs, hw.name) if logs is not None else None
@@ -224,16 +215,16 @@ def prepare_kernels(model, target: str | HardwareTarget = "host", logs=None,
     if stored:
         plan = entry.fusion_plan()
     if plan is None:
-        graph, plan = plan_model(model.mod, hw, options.planner, layout=options.layout,
-                                 combine=options.combine, group_model=options.group_model)
-        plan, _ = plan_resources(graph, hw, plan, mode=options.resources,
-                                 planner=options.planner, group_model=options.group_model)
+        po = options.plan_options
+        graph, plan = plan_model(model.mod, hw, po)
+        plan, _ = plan_resources(graph, hw, plan, mode=po.resources, planner=po.planner,
+                                 group_model=po.group_model)
     else:  # the layout and combined matmuls the plan was made with
         graph = graph_for_plan(model.mod, plan)
     records = entry
     if options.prepack_of == "plan" and entry is not None and entry.plan_hash != plan.hash:
         records = None  # another plan's records: this plan starts afresh
-    prepack = resolve_prepack(options.prepack, records, hw, where=tdir)
+    prepack = resolve_prepack(options.plan_options.prepack, records, hw, where=tdir)
     fused = None
     if options.schedulable:
         plan, mod, tasks = make_schedulable(graph, plan, hw, hw.tvm_target(), prepack=prepack)

@@ -41,7 +41,7 @@ from ..gpu.sample import sample_schedules
 from ..gpu.schedule import default_schedule
 from ..gpu.tir_check import check_scheduled
 from ..kernels import KernelOptions, prepare_kernels
-from ..plan import FusionPlan
+from ..plan import FusionPlan, PlanOptions
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
 from ..tune.fast_math import vectorizable_exp
@@ -238,8 +238,9 @@ def _kernels(model, hw, planner: str, prepack: bool):
     where the compiler is here (:func:`tvm_fusion.gpu.resources.plan_resources`); the
     baseline planners' plans are stock TVM's, left as they are."""
     kernels = prepare_kernels(model, hw, None, KernelOptions(
-        planner=planner, layout="nchw", prepack=prepack, schedulable=True,
-        resources="auto" if planner == "cost" else "estimated"))
+        plan_options=PlanOptions(planner=planner, layout="nchw", prepack=prepack,
+                                 resources="auto" if planner == "cost" else "estimated"),
+        schedulable=True))
     return kernels.plan, kernels.tasks
 
 

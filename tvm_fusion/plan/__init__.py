@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import PlanError
+from ..errors import OptionError, PlanError
 from ..graph import OpGraph
 from ..targets import HardwareTarget, as_target
 from .apply import apply_plan, check_plan
@@ -15,8 +15,7 @@ from .cost_planner import describe_plan, plan_cost
 from .combine import COMBINE_MODES, choose_combine, graph_for_plan, module_for_plan
 from .fusion_plan import CombinedMatmuls, FusedGroup, FusionPlan, RejectedMerge
 from .layout import LAYOUTS, choose_layout, graph_in_layout
-
-PLANNERS = ("fuseops", "cost")
+from .options import PLANNERS, RESOURCE_MODES, PlanOptions
 
 
 def make_plan(graph, hw, planner: str = "cost", *, group_model=None,
@@ -46,14 +45,15 @@ def make_plan(graph, hw, planner: str = "cost", *, group_model=None,
     return dataclasses.replace(plan, edges=edges)
 
 
-def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
-               combine: str = "auto", group_model=None, progress=None):
-    """Choose the convolutions' layout of module ``mod`` on ``hw`` (``layout``: ``auto``,
-    ``nchw``, ``nchwc``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it;
-    then combine the parallel matmuls (Q/K/V) whose combined plan is predicted faster
-    (``combine``: ``auto``, ``on``, ``off``; :mod:`~tvm_fusion.plan.combine`);
-    ``group_model``: as :func:`make_plan`; ``progress``: called with each stage as it
-    begins (``progress("planning 120 ops")``), e.g. to show it.
+def plan_model(mod, hw, options: PlanOptions = PlanOptions(), *, progress=None):
+    """Plan module ``mod`` on ``hw`` as ``options`` say: choose the convolutions' layout
+    (``options.layout``; :mod:`~tvm_fusion.plan.layout`), build its graph and plan it with
+    ``options.planner`` (priced by ``options.group_model``, as :func:`make_plan`); then
+    combine the parallel matmuls (Q/K/V) whose combined plan is predicted faster
+    (``options.combine``; :mod:`~tvm_fusion.plan.combine`). ``options.resources`` and
+    ``options.prepack`` are for the stages after planning (GPU kernel resources, the
+    build) and are not read here. ``progress``: called with each stage as it begins
+    (``progress("planning 120 ops")``), e.g. to show it.
 
     Returns
     -------
@@ -61,12 +61,17 @@ def plan_model(mod, hw, planner: str = "cost", *, layout: str = "auto",
         The graph the plan was made for (:func:`graph_for_plan` rebuilds it from ``mod``
         and the plan).
     """
+    if not isinstance(options, PlanOptions):
+        raise OptionError(f"plan_model's options must be a PlanOptions (e.g. PlanOptions("
+                          f"planner='fuseops')); got {options!r}", field="options",
+                          allowed="PlanOptions")
     hw = as_target(hw)
+    planner, group_model = options.planner, options.group_model
     make = lambda g, h: make_plan(g, h, planner, group_model=group_model)  # noqa: E731
-    graph, plan = choose_layout(mod, hw, make, layout=layout, say=progress)
-    if planner != "cost" and combine == "auto":  # the baseline is stock TVM's graph
+    graph, plan = choose_layout(mod, hw, make, layout=options.layout, say=progress)
+    if planner != "cost" and options.combine == "auto":  # the baseline is stock TVM's graph
         return graph, plan
-    return choose_combine(mod, hw, make, graph, plan, combine=combine, say=progress)
+    return choose_combine(mod, hw, make, graph, plan, combine=options.combine, say=progress)
 
 
 def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
@@ -94,7 +99,8 @@ def plan_fusion(graph: OpGraph, target: str | HardwareTarget = "host", *,
     return make_plan(graph, as_target(target), planner, group_model=group_model)
 
 __all__ = ["COMBINE_MODES", "AnalyticalCostModel", "CombinedMatmuls", "FusedGroup",
-           "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS", "PlanComparison",
+           "FusionPlan", "GroupCost", "LAYOUTS", "PLANNERS", "PlanComparison", "PlanOptions",
+           "RESOURCE_MODES",
            "RejectedMerge", "apply_plan", "check_plan", "choose_combine", "describe_plan",
            "graph_for_plan", "graph_in_layout", "make_plan", "module_for_plan", "plan_cost",
            "plan_fusion", "plan_from_groups", "plan_fuseops", "plan_model"]

@@ -42,10 +42,8 @@ from .cost_planner import TIE_FLOOR_US, TIE_FRACTION
 from .fusion_plan import CombinedMatmuls, FusionPlan
 from .layout import graph_in_layout
 from .op_info import node_name
+from .options import COMBINE_MODES
 
-COMBINE_MODES = ("auto", "on", "off")
-"""``auto``: by predicted time (cost planner; the FuseOps baseline combines nothing, as
-stock TVM does not); ``on``: every group; ``off``: none."""
 
 
 def _group_key(graph: OpGraph, group) -> tuple:

@@ -28,9 +28,8 @@ from ..graph.layout import NCHW, block_of, convert_layout, count_blocked_convs
 from .cost import AnalyticalCostModel
 from .cost_planner import TIE_FLOOR_US, TIE_FRACTION
 from .fusion_plan import FusionPlan
+from .options import LAYOUTS
 
-LAYOUTS = ("auto", "nchw", "nchwc")
-"""Values of the ``layout`` switch (an explicit ``NCHW{c}c`` is accepted too)."""
 
 
 def blocked_layout(hw) -> str:

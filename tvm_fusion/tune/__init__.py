@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"TaskResult": "driver", "TuneReport": "driver", "tune": "driver"}
+_EXPORTS = {"RpcOptions": "options", "SearchOptions": "options", "TaskResult": "driver",
+            "TuneReport": "driver", "tune": "driver"}
 __all__ = list(_EXPORTS)
 
 

@@ -28,13 +28,13 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from .. import config
 from ..costmodel import make_cost_model
 from ..data import shipped_logs_dir
-from ..errors import LogError
+from ..errors import LogError, OptionError
 from ..family import family_of, strategy
 from .busy import busy_warning
 from ..frontend import ImportedModel
 from ..gpu.check import checked_space_generator
 from ..kernels import KernelOptions, prepare_kernels
-from ..plan import FusionPlan
+from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
@@ -46,6 +46,7 @@ from .manifest import Manifest, ModelEntry, saved_trials, target_key, write_mani
 from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_device,
                       make_runner)
 from .ms_compat import drop_unnamed_handlers, plain_task_tables
+from .options import SearchOptions
 from .predicted import schedule_unmeasured
 from .prepack import prepack_default
 from .progress import Progress
@@ -118,16 +119,10 @@ class _VerifyAndCommit(PyMeasureCallback):
 
 
 def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials: int,
-         logs: str | Path, plan: FusionPlan | None = None, planner: str = "cost",
-         progress: bool = True,
-         seed: int = 0, trials_per_batch: int = 16,
-         cost_model: str | Path | None = "auto",
-         search_space: str | Path | SearchSpace | None = None,
-         rpc_tracker: str | None = None, rpc_key: str | None = None,
-         rpc_allow_remote: bool = False, run_timeout_s: float = RUN_TIMEOUT_S,
-         measure: str = "device", layout: str = "auto",
-         prepack: bool | None = None, combine: str = "auto",
-         group_model=None, resources: str = "auto") -> TuneReport:
+         logs: str | Path, plan: FusionPlan | None = None,
+         plan_options: PlanOptions = PlanOptions(),
+         search_options: SearchOptions = SearchOptions(),
+         progress: bool = True) -> TuneReport:
     """Tune every fused kernel of ``model`` and append verified records to ``logs``.
 
     Parameters
@@ -139,81 +134,26 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     trials : int
         Total measurements for this model on this target, earlier runs included: a
         re-run with the same number does nothing, a larger one continues. Ignored with
-        ``measure="none"``.
+        ``search_options.measure="none"``.
     logs : path
         Log directory; records go to ``logs/<target>/``.
     plan : FusionPlan, optional
         The partition to tune. Default: the plan stored for this model in the logs
-        (so a resumed run tunes the same kernels), else a fresh plan by ``planner``.
-    planner : str
-        ``"fuseops"`` or ``"cost"`` (see :func:`~tvm_fusion.plan_fusion`), used when
-        neither ``plan`` nor a stored plan is there.
-    layout : str
-        Convolution layout of a fresh plan: ``auto`` (by predicted time), ``nchw`` or
-        ``nchwc`` (:mod:`~tvm_fusion.plan.layout`); a stored plan keeps its own.
-    combine : str
-        Parallel matmuls (Q/K/V) of a fresh plan: ``auto`` (combined where the plan is
-        predicted faster), ``on``, ``off`` (:mod:`~tvm_fusion.plan.combine`); a stored
-        plan keeps its own.
-    resources : str
-        GPU targets, a fresh plan: ``auto`` (default) re-plans with the registers and
-        shared memory the compiler allocates for each kernel where it is here (nvcc;
-        the gfx90a toolchain), ``compiled`` insists, ``estimated`` keeps the estimates
-        (:func:`tvm_fusion.gpu.resources.plan_resources`).
-    group_model : optional
-        A learned group-latency model pricing the kernels of a fresh plan
-        (:func:`~tvm_fusion.costmodel.group_model.load_group_model`); a stored plan keeps
-        its own.
+        (so a resumed run tunes the same kernels), else a fresh plan made as
+        ``plan_options`` say.
+    plan_options : PlanOptions
+        How a fresh plan partitions and lays out the model (planner, layout, combine,
+        resources, group_model; a stored plan keeps its own), and weight prepacking
+        (``prepack``: default on for CPU targets, off for GPUs; a model whose records
+        were tuned with the other setting keeps it, and a warning says so). The
+        prepacking setting is recorded in the manifest; asking for the other one than
+        the logs' raises :class:`~tvm_fusion.errors.LogError`.
+    search_options : SearchOptions
+        How the search runs and measures: seed, trials per batch, cost model, search
+        space, run timeout, a dry run (``measure="none"``), an RPC tracker
+        (:class:`~tvm_fusion.tune.options.RpcOptions`).
     progress : bool
         Draw a progress bar on stderr.
-    seed : int
-        Seed of the search.
-    trials_per_batch : int
-        Most candidates measured per task per batch.
-    search_space : str, path or SearchSpace, optional
-        Schedule space: a family name from ``search_spaces/`` (``cpu``, ``cuda``,
-        ``rocm``), a JSON file, or a loaded :class:`~tvm_fusion.tune.space.SearchSpace`.
-        Default: the family's shipped file for LLVM targets, MetaSchedule's built-in
-        space for GPUs (whose Tensor Core rules the files do not declare yet).
-    rpc_tracker, rpc_key : str, optional
-        Measure candidates on the devices registered under ``rpc_key`` at the TVM RPC
-        tracker ``HOST:PORT`` instead of on this machine; verification of a new best runs
-        there too, so this machine needs no device of the target's kind (a GPU target's
-        reference outputs are computed on this machine's CPU). The tracker must be on
-        this machine's loopback (a tunnel to a remote one) unless ``rpc_allow_remote``.
-    rpc_allow_remote : bool
-        Measure through a tracker off this machine's loopback: TVM's RPC authenticates
-        nobody, so any peer that reaches the tracker can register as a device of
-        ``rpc_key`` and report the times and outputs the logs keep.
-    run_timeout_s : float
-        Seconds one candidate may run, its repeats included, before the runner kills it
-        (default 30, MetaSchedule's). A schedule that hangs or is hopelessly slow is
-        logged to ``rejected.jsonl`` as timed out, counted in the report, and never run
-        again: it stays in the candidates database as failed, so a resumed run skips it.
-    cost_model : path, PretrainedCostModel, "auto" or "none"
-        A pretrained model (``tvm-fusion cost-model train``) used in place of
-        MetaSchedule's XGBoost model and updated with this run's measurements. With
-        it, a kernel left without a verified record gets the schedule the model ranks
-        best, verified against the default, marked ``predicted``. ``"auto"``
-        (default): the model shipped for this hardware (see :func:`default_cost_model`),
-        else none. ``"none"`` or None: MetaSchedule's XGBoost model, from scratch.
-    measure : str
-        ``"device"`` (default): measure candidates on the target's device, here or
-        through ``rpc_tracker``. ``"none"`` (a dry run, for hardware this machine does
-        not have): no search measures anything; every kernel without a record gets the
-        schedule ``cost_model`` ranks best (default: the model shipped for this target,
-        if any). Where the device is here, each pick is still verified and timed
-        against the default loops; where it is not, each is built for the target and
-        checked against its limits (nvcc's register and shared-memory report for CUDA),
-        and its record is marked in the manifest as predicted, neither measured nor
-        verified, so ``compile`` says so and a later measured tune replaces it.
-    prepack : bool, optional
-        Let the tuned kernels read their constant weights in a layout of their own
-        (MetaSchedule's ``RewriteLayout``; ``compile`` packs the weights once, at
-        build). Default: on for CPU targets, off for GPUs; a model whose records were
-        tuned with the other setting keeps it (a warning says so). The setting is
-        recorded in the manifest (``"prepack"``); passing the other one than the logs'
-        raises :class:`~tvm_fusion.errors.LogError`. ``False`` is for A/B measurement.
 
     Returns
     -------
@@ -229,21 +169,25 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
     config.use_all_cores()  # before the first kernel runs: TVM's default is half the cores
     hw = as_target(target)
     tvm_target = hw.tvm_target()
-    if measure not in ("device", "none"):
-        raise MeasureError(f"measure must be 'device' or 'none', got {measure!r}")
-    dry = measure == "none"
-    cost_model = _resolve_cost_model(cost_model, hw, required=dry)
+    if not isinstance(search_options, SearchOptions):
+        raise OptionError(f"tune's search_options must be a SearchOptions; got "
+                          f"{type(search_options).__name__}", field="search_options",
+                          allowed="SearchOptions")
+    so = search_options
+    rpc = so.rpc
+    dry = so.dry_run
+    cost_model = _resolve_cost_model(so.cost_model, hw, required=dry)
     cm_label = describe_cost_model(cost_model)
     cm = None
     if cost_model is not None:  # load (and fail) before any planning or tuning
         cm = make_cost_model(cost_model, hw)
     on_device = device_here(tvm_target)
-    if not dry and rpc_tracker is None:
+    if not dry and rpc is None:
         check_local_device(tvm_target, hw.name)
-    space = _resolve_space(search_space, tvm_target)
-    runner = None if dry else make_runner(rpc_tracker=rpc_tracker, rpc_key=rpc_key,
-                                          allow_remote=rpc_allow_remote,
-                                          timeout_s=run_timeout_s)
+    space = _resolve_space(so.search_space, tvm_target)
+    runner = None if dry else make_runner(
+        rpc_tracker=rpc.tracker if rpc else None, rpc_key=rpc.key if rpc else None,
+        allow_remote=rpc is not None and rpc.allow_remote, timeout_s=so.run_timeout_s)
     tdir = target_dir(logs, hw.name)
     check_writable(tdir)  # before planning and building, not after
     orphans = orphaned_records(tdir)
@@ -254,9 +198,8 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                       "its best", stacklevel=2)
     # refuses another TVM version or target; a stored plan is continued as stored
     kernels = prepare_kernels(model, hw, logs, KernelOptions(
-        plan=plan, planner=planner, layout=layout, combine=combine, resources=resources,
-        group_model=group_model, prepack=prepack, prepack_of="plan", schedulable=True))
-    if prepack is None and not kernels.prepack and prepack_default(hw):
+        plan=plan, plan_options=plan_options, prepack_of="plan", schedulable=True))
+    if plan_options.prepack is None and not kernels.prepack and prepack_default(hw):
         # only records of the same plan tuned without prepacking turn the default off
         warnings.warn(f"{tdir}: the records for {model.source} were tuned without weight "
                       "prepacking, so tuning continues without it (records of the two "
@@ -281,20 +224,20 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
         remaining = 0 if dry else max(trials - entry["trials"], 0)
         bar = Progress(trials, done=entry["trials"], enabled=progress)
         # where the device is: here, or (RPC) verification runs where measurement does
-        remote = RemoteDevice(rpc_tracker, rpc_key) if rpc_tracker and not dry else None
+        remote = RemoteDevice(rpc.tracker, rpc.key) if rpc and not dry else None
         state = TuneState(tasks=tasks, target=tvm_target, accepted=accepted, tdir=tdir,
                            progress=bar, manifest=manifest, entry=entry, remote=remote, hw=hw,
                            baseline=_baseline(space, tvm_target))
         entry["kernels"] = kernel_table(accepted, tasks, state.workloads)
         write_manifest(tdir, manifest)
         interrupted = False
-        if remaining > 0 and tasks and rpc_tracker is None:
+        if remaining > 0 and tasks and rpc is None:
             busy = busy_warning()  # measured here, beside whatever else runs
             if busy:
                 warnings.warn(busy, BusyMachineWarning, stacklevel=2)
         if remaining > 0 and tasks:
-            interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, seed,
-                                      trials_per_batch, cost_model=cm, space=space,
+            interrupted = _run_search(state, tasks, tvm_target, tdir, remaining, so.seed,
+                                      so.trials_per_batch, cost_model=cm, space=space,
                                       runner=runner, hw=hw)
         picks = []
         if cm is not None and tasks and not interrupted:
@@ -302,7 +245,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                 bar.stream.write(f"dry run: picking a schedule for each of {len(tasks)} kernels "
                                  "by the cost model alone\n")
             picks = schedule_unmeasured(
-                state, cm, tvm_target, seed=seed, hw=hw,
+                state, cm, tvm_target, seed=so.seed, hw=hw,
                 on_device=on_device or remote is not None,
                 tries=3 if on_device else 16,  # an offline check is cheap next to a run
                 # the limits are checked on the few top picks, not on every sampled candidate
@@ -329,7 +272,7 @@ def tune(model: ImportedModel, target: str | HardwareTarget = "host", *, trials:
                       trials_run=sum(state.trials), trials_total=entry["trials"],
                       tasks=results, rejected=state.rejected, interrupted=interrupted,
                       elapsed_s=time.monotonic() - t0, picks=tuple(picks),
-                      cost_model=cm_label, run_timeout_s=run_timeout_s)
+                      cost_model=cm_label, run_timeout_s=so.run_timeout_s)
 
 
 def default_cost_model(hw: HardwareTarget) -> Path | None:
@@ -395,7 +338,7 @@ def describe_cost_model(cost_model) -> str:
 
 
 def _resolve_cost_model(cost_model, hw: HardwareTarget, *, required: bool):
-    """``tune``'s ``cost_model`` argument as a model or path; None for MetaSchedule's."""
+    """``SearchOptions.cost_model`` as a model or path; None for MetaSchedule's."""
     if isinstance(cost_model, str) and cost_model.lower() == "none":
         cost_model = None
     elif isinstance(cost_model, str) and cost_model == "auto":
