@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import tvm
@@ -96,6 +97,7 @@ def _elems(shape) -> int:
     return int(np.prod([max(int(d), 1) for d in shape], dtype=np.int64))
 
 
+@lru_cache(maxsize=8)  # one op's facts read its PrimFunc's blocks several times
 def _blocks(func):
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
     root = sch.get_sblock("root")
@@ -176,9 +178,8 @@ def _strided(func) -> bool:
 def _reduced_operands(block, reduce_ivs) -> set[str]:
     """Buffers a block reads along a reduce iterator: two for a GEMM/conv (A[i, k] and
     B[k, j]), one for sum/softmax/layer norm (which also read per-row statistics)."""
-    names = [re.compile(rf"\b{re.escape(iv.var.name)}\b") for iv in reduce_ivs]
     return {r.source.name for r in block.reads
-            if any(p.search(str(rng.min)) for rng in r.region for p in names)}
+            if any(_uses(rng.min, iv.var) for rng in r.region for iv in reduce_ivs)}
 
 
 def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
