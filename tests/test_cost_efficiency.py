@@ -326,3 +326,25 @@ def test_math_calls_cost_their_lowering_not_one_flop():
     assert cpu.group_cost([log]).compute_us > 50 * cpu.group_cost([relu]).compute_us
     gpu = AnalyticalCostModel(graph, tf.load_target("a100"))
     assert gpu.transcendental(log) == 0  # GPUs: special-function units, gpu_terms' job
+
+
+def test_a_contractions_epilogue_runs_at_its_share_not_the_vector_one():
+    """A GELU after a GEMM: fused, its erf polynomial runs on the GEMM's register tile
+    (PP-OCRv6's GELU convs ran their erf at about the conv's rate, where the vector
+    share priced them 2.3x over); alone, the same op pays the vector share."""
+    hw = tf.load_target("x86_zen4")
+    eff = cpu_efficiency(hw)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Erf", ["y"], ["e"])]
+    model = _model(nodes, [("x", [128, 384])], [("e", [128, 1536])],
+                   [_w("w", [384, 1536], 6)], name="gelu", simplify=False)
+    graph = tf.build_graph(model.mod)
+    cm = AnalyticalCostModel(graph, hw)
+    mm, erf = _node(graph, "matmul"), next(n for n in graph.nodes if "erf" in n.op)
+    work = erf.flops + cm.transcendental(erf.id)
+    assert work > 0
+    fused = cm.group_cost([mm.id, erf.id]).compute_us
+    alone = cm.group_cost([mm.id]).compute_us
+    assert fused - alone == pytest.approx(work / (hw.peak_fp32_flops * eff.gemm) * 1e6)
+    assert cm.group_cost([erf.id]).compute_us == pytest.approx(
+        work / (hw.peak_fp32_flops * eff.vector) * 1e6)

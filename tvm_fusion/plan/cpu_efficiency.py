@@ -26,7 +26,9 @@ a number that far off. On CPUs an op's FLOPs now run at
     per group: ``reduce_len == kh * kw``): no input vector is reused across output
     channels, so loads, not FMAs, bound it.
 ``vector`` for elementwise and reduction FLOPs (``estimate_tir_flops`` counts an
-    ``exp`` or ``erf`` as one FLOP; a softmax or GELU costs far more per element).
+    ``exp`` or ``erf`` as one FLOP; a softmax or GELU costs far more per element). The
+    elementwise epilogue of a fused GEMM or conv runs at its contraction's share instead:
+    it computes on the register tile (the elementwise rule of :mod:`tvm_fusion.plan.cost`).
 ``reduction``, ``reduction_vector``, ``strided``: shares of bandwidth, not of FLOPs.
     A kernel moves its bytes at one of them times the rate a copy reaches: one whose
     main operator is a reduction along its input's innermost axis (a layer norm's
