@@ -21,6 +21,7 @@ from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.offline import bundle as offline
 from tvm_fusion.offline import runner as offline_runner
 from tvm_fusion.tune.logs import open_database
+from tvm_fusion.tune.manifest import read_manifest
 from tvm_fusion.offline.runner import Results
 
 RUNNER = Path(offline_runner.__file__)
@@ -77,6 +78,10 @@ def test_imported_records_build_a_model_that_matches_onnxruntime(measured, tmp_p
     verified = sum(c.get("verified", False) for row in offline.read_results(bundle)[1].values()
                    for c in row["candidates"].values() if "default_error" not in row)
     assert len(timed) == verified  # every verified timing, for cost-model training
+    manifest = read_manifest(tmp_path / "logs" / "host")
+    # the manifest says which bundle measured it (not the name of its last candidate)
+    assert {e.extra["offline"]["bundle"] for e in manifest.models.values()} == \
+        {Path(bundle).name.split(".tar")[0].removesuffix(".tgz")}
     compiled = tf.compile_model(model, "host", logs=tmp_path / "logs")
     assert len(compiled.untuned) < len(compiled.kernels)
     inputs = random_inputs(model.inputs)

@@ -527,14 +527,14 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
             continue  # not run, or its default failed: nothing here can be trusted
         wl = ms.database.Workload.from_json(k["workload"])
         cwl = None
-        for name, c in row["candidates"].items():
+        for cand, c in row["candidates"].items():
             if c.get("verified"):
                 cwl = cwl or cand_db.commit_workload(wl.mod)
-                obj = list(k["records"][name])
+                obj = list(k["records"][cand])
                 obj[1] = [float(t) for t in c["run_secs"]]
                 cand_db.commit_tuning_record(ms.database.TuningRecord.from_json(obj, cwl))
         default_s = row["default_us"] / 1e6
-        ok = [(c["median_us"], name, c) for name, c in row["candidates"].items()
+        ok = [(c["median_us"], cand, c) for cand, c in row["candidates"].items()
               if c.get("verified")]
         rejected[k["task"]] = sum(1 for c in row["candidates"].values()
                                   if not c.get("verified"))
@@ -542,8 +542,8 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
         # as tune: a candidate within measurement noise of the default loops is no better
         beat = [x for x in ok if x[0] / 1e6 < default_s * (1 - NEAR_TIE)]
         kept = 0
-        for _, name, c in beat:
-            obj = list(k["records"][name])
+        for _, cand, c in beat:
+            obj = list(k["records"][cand])
             obj[1] = [float(s) for s in c["run_secs"]]
             rec = ms.database.TuningRecord.from_json(obj, wl)
             if _violations(rec, wl, hw):  # compile would refuse it, as tune's check does
