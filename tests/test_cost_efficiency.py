@@ -348,3 +348,24 @@ def test_a_contractions_epilogue_runs_at_its_share_not_the_vector_one():
     assert fused - alone == pytest.approx(work / (hw.peak_fp32_flops * eff.gemm) * 1e6)
     assert cm.group_cost([erf.id]).compute_us == pytest.approx(
         work / (hw.peak_fp32_flops * eff.vector) * 1e6)
+
+
+def test_unit_dims_carry_no_lanes_the_next_dim_out_does():
+    """An SE block's 1 x 1 conv on a pooled [1, C, 1, 1] vectorizes along C, not along a
+    W of 1 (such convs were predicted up to 11x over); a 2-column GEMV fills 2 lanes."""
+    from tvm_fusion.plan.cost import lane_utilisation
+
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+             helper.make_node("Conv", ["p", "wse"], ["se"]),
+             helper.make_node("Flatten", ["se"], ["f"]),
+             helper.make_node("MatMul", ["f", "wc"], ["y"])]
+    model = _model(nodes, [("x", [1, 64, 8, 8])], [("y", [1, 2])],
+                   [_w("wse", [32, 64, 1, 1], 7), _w("wc", [32, 2], 8)], name="se",
+                   simplify=False)
+    graph = tf.build_graph(model.mod)
+    hw = tf.load_target("x86_zen4")  # 16 fp32 lanes
+    conv, gemv = _node(graph, "conv2d"), _node(graph, "matmul")
+    assert list(conv.shape) == [1, 32, 1, 1]
+    assert lane_utilisation(hw, conv) == 1.0
+    assert lane_utilisation(hw, gemv) == pytest.approx(2 / 16)
+    assert lane_utilisation(tf.load_target("a100"), gemv) == 1.0  # GPUs: no lane term
