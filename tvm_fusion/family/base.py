@@ -67,7 +67,11 @@ class Family:
     """Math calls (exp, erf, tanh) cost FLOPs beyond one each (no special-function units)."""
     planner_error: float
     """The analytical model's measured error factor on a kernel's time (median of
-    measured / predicted); two merges that compete within it are a tie."""
+    max(measured / predicted, predicted / measured)); two merges that compete within it
+    are a tie."""
+    class_errors: tuple[tuple[str, float], ...]
+    """The same error per op class (:data:`tvm_fusion.plan.cost.OP_CLASSES`), where it was
+    measured; a class not here has ``planner_error``."""
     shared_compute_cancels: bool
     """The compute time both alternatives of a merge spend is left out of the tie margin
     (its error is the fitted efficiency, the same factor on both sides)."""
@@ -120,6 +124,10 @@ class Family:
     """Building links device code with a toolchain found here (device bitcode, ld.lld)."""
     own_tir_pipeline: bool
     """Kernels build through tvm-fusion's own TIR pipeline (``gpu.amdgpu``), not TVM's."""
+
+    def error_of(self, op_class: str) -> float:
+        """The model's measured error factor on a kernel of ``op_class``."""
+        return dict(self.class_errors).get(op_class, self.planner_error)
 
     def int8_unit(self, peaks, features) -> tuple[str, str]:
         """``(peak_flops key, instruction)`` an int8 GEMM runs on, given the target's

@@ -25,7 +25,7 @@ FAMILY = CudaFamily(
     prices_transcendentals=False,
     # the 26 kernels of tuning_logs/h200 (benchmarks.planner_accuracy, 1.0685; nearly
     # all launch-bound, and h200.json's launch is fitted to them: an optimistic figure)
-    planner_error=1.0685, shared_compute_cancels=False,
+    planner_error=1.0685, class_errors=(), shared_compute_cancels=False,
     occupancy_rules=CUDA_OCCUPANCY, mfma=False, reduction_max_threads=1024,
     int8_conv_needs_blocking=False, blocked_layouts=False, reduced_precision=True,
     dlight_default=True, shipped_space_default=False, vector_fma_rules=False,

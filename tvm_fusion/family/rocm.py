@@ -22,7 +22,7 @@ FAMILY = RocmFamily(
     fork_join=False, core_caches=False, vector_lanes=False, fitted_efficiency=False,
     prices_transcendentals=False,
     # no MI250X was measured: the figure of the CUDA kernels (family/cuda.py)
-    planner_error=1.0685, shared_compute_cancels=False,
+    planner_error=1.0685, class_errors=(), shared_compute_cancels=False,
     occupancy_rules=CDNA_OCCUPANCY, mfma=True, reduction_max_threads=256,
     int8_conv_needs_blocking=False, blocked_layouts=False, reduced_precision=True,
     dlight_default=True, shipped_space_default=False, vector_fma_rules=False,

@@ -308,6 +308,32 @@ def _reduction(model, nid, members, terms):
         terms.spill_bytes += extra * model.external_in(a, members)
 
 
+OP_CLASSES = ("gemm", "conv", "depthwise", "reduction", "elementwise/memory",
+              "gather/scatter")
+_GATHER_OPS = ("take", "gather", "scatter", "index", "one_hot", "where_index")
+
+
+def op_class(graph: OpGraph, infos, nodes: Iterable[int]) -> str:
+    """The class of a kernel by its main operator (one of :data:`OP_CLASSES`): the
+    contraction with the most FLOPs (``depthwise`` conv, ``conv``, else ``gemm``), else
+    ``reduction`` if it reduces, ``gather/scatter`` if it indexes by data, else
+    ``elementwise/memory``. The model's measured error is per class (the family's
+    ``class_errors``, ``benchmarks/planner_accuracy.py``)."""
+    nodes = list(nodes)
+    contractions = [n for n in nodes if infos[n].role == "contraction"]
+    if contractions:
+        main = max(contractions, key=lambda n: graph.nodes[n].flops)
+        node, info = graph.nodes[main], infos[main]
+        if is_depthwise(graph, node, info):
+            return "depthwise"
+        return "conv" if node.op.startswith("conv") else "gemm"
+    if any(infos[n].role == "reduction" for n in nodes):
+        return "reduction"
+    if any(graph.nodes[n].op.startswith(_GATHER_OPS) for n in nodes):
+        return "gather/scatter"
+    return "elementwise/memory"
+
+
 class AnalyticalCostModel:
     """Cost of any group of ``graph``'s nodes on ``hw`` (see the module docstring)."""
 

@@ -14,8 +14,9 @@
    *tie*: it is made exactly when TVM's FuseOps puts those operators in one kernel
    (:mod:`.baseline`), and its reason says it was a tie. Two merges that compete for one
    group (a chain into the conv before it or into the reduction after it) are a tie too
-   when their savings differ by less than the model's *measured* error
-   (its family's ``planner_error``): the one FuseOps makes is made.
+   when their savings differ by less than the model's *measured* error for the op
+   classes involved (its family's ``class_errors``, else ``planner_error``): the one
+   FuseOps makes is made.
 3. Local search: move single operators out of their group or into a neighbouring one
    while that lowers the total predicted time by more than the model's error and keeps
    the group graph acyclic.
@@ -33,7 +34,7 @@ import heapq
 from ..family import strategy
 from ..graph import OpGraph
 from .baseline import fuseops_groups, kernel_name
-from .cost import AnalyticalCostModel, GroupCost, decision_terms
+from .cost import AnalyticalCostModel, GroupCost, decision_terms, op_class
 from .duplicate import duplicate_producers
 from .fusion_plan import FusedGroup, FusionPlan, RejectedMerge
 from .horizontal import components, shared_inputs, sibling_violation
@@ -51,9 +52,9 @@ EPS_US = 1e-6  # a merge must save more than this to be made
 TIE_FRACTION = 0.05
 TIE_FLOOR_US = 0.05
 TIE = "tie (FuseOps' choice)"
-# The analytical model's measured median kernel error, max(pred/meas, meas/pred), is the
-# target family's ``planner_error`` (tvm_fusion/family/, each with where it was measured).
-# Two merges that compete for one group (an epilogue into a conv or a prologue into the
+# The analytical model's measured median kernel error, max(pred/meas, meas/pred), per op
+# class is the target family's ``class_errors``, over all kernels its ``planner_error``
+# (tvm_fusion/family/, each with where it was measured). Two merges that compete for one group (an epilogue into a conv or a prologue into the
 # reduction after it) differ by where a few operators go, well inside that error: such a
 # rivalry is a tie unless the savings differ by more than (error - 1) x the time not shared.
 LOCAL_SEARCH_ROUNDS = 3  # passes over all operators per local search
@@ -208,10 +209,16 @@ class CostPlanner:
                 self._push(heap, x, y, True)
         return merges
 
-    def rivalry_us(self, parts_us: float, shared_us: float = 0.0) -> float:
-        """The measured error on the choice between two competing merges of parts costing
-        ``parts_us`` (``shared_us`` left out as in :meth:`margin_us`)."""
-        err = self.family.planner_error - 1.0
+    def rivalry_us(self, parts, shared_us: float = 0.0) -> float:
+        """The measured error on the choice between two competing merges of ``parts``
+        (their :class:`GroupCost`; ``shared_us`` left out as in :meth:`margin_us`): each
+        part's time at the error measured for its op class (the family's
+        ``class_errors``; a GEMM's is not a reduction's)."""
+        parts_us = sum(p.total_us for p in parts)
+        if parts_us <= 0:
+            return TIE_FLOOR_US
+        err = sum((self.family.error_of(op_class(self.graph, self.infos, p.nodes)) - 1.0)
+                  * p.total_us for p in parts) / parts_us
         return err * max(parts_us - shared_us, 0.0) + TIE_FLOOR_US
 
     def _rival(self, heap, gids, fused: GroupCost, saving: float, parts):
@@ -222,7 +229,7 @@ class CostPlanner:
         the rival to make instead (None: make this one) and records the tie either way
         (:attr:`ties`, for the reasons)."""
         unfused = sum(p.total_us for p in parts)
-        margin = self.rivalry_us(unfused, self.shared_us(fused, parts))
+        margin = self.rivalry_us(parts, self.shared_us(fused, parts))
         mine = self.fuseops_fuses(fused.nodes)
         best = None  # the best-saving rival on FuseOps' other side of this merge
         for key in heap:
@@ -238,7 +245,7 @@ class CostPlanner:
                 continue
             unfused2 = sum(p.total_us for p in parts2)
             saving2, shared2 = unfused2 - fused2.total_us, self.shared_us(fused2, parts2)
-            m = max(margin, self.rivalry_us(unfused2, shared2))
+            m = max(margin, self.rivalry_us(parts2, shared2))
             if abs(saving2 - saving) > m or not self.take_merge(saving2, unfused2,
                                                                 fused2.nodes, shared2):
                 continue
