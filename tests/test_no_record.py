@@ -133,7 +133,8 @@ def test_the_search_budget_is_counted_in_candidates_largest_share_first(monkeypa
     pop = fallback.SEARCH_POPULATION
     fallback.schedule_without_records(
         mod, target, space_generator=None, cost_model=object(), check=False,
-        search_candidates=2 * pop + 5, shares={"k16": 1.0, "k32": 4.0, "k64": 2.0, "k128": 3.0})
+        search_candidates=2 * pop + 5,
+        shares={"k16": 1.0, "k32": 4.0, "k64": 2.0, "k128": 3.0})
     assert searched == [("k32", pop), ("k128", pop), ("k64", 5)]
 
 

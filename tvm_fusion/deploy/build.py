@@ -39,8 +39,8 @@ from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
-from ..tune.fallback import (DEFAULT_SEARCH_CANDIDATES, MEASURED, PREDICTED, RULE, UNSCHEDULED,
-                             NoRecordPick, schedule_without_records)
+from ..tune.fallback import (DEFAULT_SEARCH_CANDIDATES, MEASURED, PREDICTED, RULE,
+                             UNSCHEDULED, NoRecordPick, schedule_without_records)
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logdb import WORKLOAD_FILE
 from ..tune.logs import content_hash, open_database
