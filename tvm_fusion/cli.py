@@ -35,7 +35,7 @@ from .plan import COMBINE_MODES, LAYOUTS, PLANNERS, RESOURCE_MODES, PlanOptions,
     plan_model
 from .reference import max_rel_error, random_inputs, run_onnxruntime
 from .targets import as_target, format_targets_table, list_targets, load_target
-from .tune.fallback import DEFAULT_BUDGET_S
+from .tune.fallback import DEFAULT_SEARCH_CANDIDATES, SEARCH_POPULATION
 from .tune.measure import REPEAT, RUN_TIMEOUT_S, check_tracker_host, parse_tracker
 from .tune.options import RpcOptions, SearchOptions
 from .tune.progress import Stages
@@ -314,12 +314,18 @@ def _add_no_record_args(p) -> None:
                         "(register tile, vectorize, parallel, prepacked weights); rules = "
                         "rule defaults only (fastest build); none = plain loops, 20-100x "
                         "slower, for comparison")
-    p.add_argument("--no-record-budget", type=float, default=DEFAULT_BUDGET_S,
-                   metavar="SECONDS",
-                   help="seconds of cost-model search over all kernels without a record, "
-                        f"largest predicted share first (default {DEFAULT_BUDGET_S:.0f}; "
-                        "a fused conv takes about 1-2 s on 2 cores); each pick is checked "
-                        "against the plain kernel's output on random inputs")
+    p.add_argument("--no-record-budget", type=int, default=DEFAULT_SEARCH_CANDIDATES,
+                   metavar="CANDIDATES",
+                   help="cost-model search candidates over all kernels without a record, "
+                        f"not seconds: {SEARCH_POPULATION} per kernel, largest predicted "
+                        f"share first, so the default {DEFAULT_SEARCH_CANDIDATES} searches "
+                        f"the {DEFAULT_SEARCH_CANDIDATES // SEARCH_POPULATION} largest "
+                        "kernels (about 1 s each for a fused conv on a Zen 4 core; the "
+                        "search runs on one thread); the rest get the rule default, as "
+                        "do all with 0. A count, so the same model, logs and target give "
+                        "the same schedules on every build, however loaded the machine. "
+                        "Each pick is checked against the plain kernel's output on random "
+                        "inputs")
 
 
 def _print_schedule_kinds(compiled) -> None:
@@ -348,7 +354,7 @@ def cmd_compile(args) -> int:
     compiled = compile_model(model, args.target, logs=logs, plan_options=_plan_options(args),
                              allow_other_target=args.allow_other_target,
                              no_record=args.no_record,
-                             no_record_budget_s=args.no_record_budget, progress=stages)
+                             no_record_budget=args.no_record_budget, progress=stages)
     stages.close()
     out = compiled.export(args.output)
     print(f"wrote {out} ({len(compiled.kernels)} kernels, plan {compiled.plan.hash})")
@@ -635,8 +641,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "allowed. A kernel without a record is never left as "
                                    "plain loops on a CPU: it gets the cost model's pick "
                                    "from a short search (no measurement) while "
-                                   "--no-record-budget lasts, then the search space's "
-                                   "rule default; on a GPU, dlight's default rules. "
+                                   "--no-record-budget lasts (search candidates, not "
+                                   "seconds: builds are reproducible), then the search "
+                                   "space's rule default; on a GPU, dlight's default "
+                                   "rules. "
                                    "The summary says which kernel got which kind: "
                                    "measured, predicted, rule default.")
     _add_model_args(c)

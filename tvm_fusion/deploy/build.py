@@ -39,8 +39,8 @@ from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
-from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
-                             NoRecordPick, schedule_without_records)
+from ..tune.fallback import (DEFAULT_SEARCH_CANDIDATES, MEASURED, PREDICTED, RULE,
+                             UNSCHEDULED, NoRecordPick, schedule_without_records)
 from ..tune.fast_math import vectorizable_exp
 from ..tune.logdb import WORKLOAD_FILE
 from ..tune.logs import content_hash, open_database
@@ -239,7 +239,7 @@ def _base_name(name: str) -> str:
     return name.removesuffix("_prepacked")
 
 
-def _schedule_no_record(mod, target, hw, plan, mode: str, budget_s: float, progress):
+def _schedule_no_record(mod, target, hw, plan, mode: str, budget: int, progress):
     """CPU kernels without a record scheduled with no measurement
     (:func:`~tvm_fusion.tune.fallback.schedule_without_records`); int8 GEMMs and convs
     take their VNNI default first. Returns the module and kernel -> NoRecordPick."""
@@ -261,7 +261,7 @@ def _schedule_no_record(mod, target, hw, plan, mode: str, budget_s: float, progr
     est = {g.name: g.est_us for g in plan.groups}
     mod, more = schedule_without_records(
         mod, target, space_generator=space_generator(space, target), cost_model=cost_model,
-        budget_s=budget_s if cost_model is not None else 0.0, shares=est,
+        search_candidates=budget if cost_model is not None else 0, shares=est,
         progress=progress)
     return mod, {**picks, **more}
 
@@ -285,7 +285,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
                   plan_options: PlanOptions = PlanOptions(),
                   allow_other_target: bool = False,
                   no_record: str | None = None,
-                  no_record_budget_s: float = DEFAULT_BUDGET_S,
+                  no_record_budget: int = DEFAULT_SEARCH_CANDIDATES,
                   progress=None) -> CompiledModel:
     """Build ``model`` for ``target`` from the records in ``logs``.
 
@@ -311,12 +311,16 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         Use logs whose manifest names another target key or hardware hash.
     no_record : str, optional
         CPU kernels without a record (:mod:`tvm_fusion.tune.fallback`); default
-        ``$TVM_FUSION_NO_RECORD``, else ``auto``: the shipped cost model's pick from a short search while
-        ``no_record_budget_s`` lasts, the rules' default schedule after it or without a
-        model; ``rules``: rule defaults only; ``none``: plain loops (for comparison).
+        ``$TVM_FUSION_NO_RECORD``, else ``auto``: the shipped cost model's pick from a
+        short search while ``no_record_budget`` lasts (largest predicted share first),
+        the rules' default schedule after it or without a model; ``rules``: rule
+        defaults only; ``none``: plain loops (for comparison). The same model, logs,
+        target and cost model always give the same schedules.
         GPU kernels without a record always get dlight's default rules.
-    no_record_budget_s : float
-        Seconds of cost-model search over all kernels without a record.
+    no_record_budget : int
+        Cost-model search candidates over all kernels without a record
+        (``tune.fallback.SEARCH_POPULATION`` per kernel searched); a count, not seconds,
+        so that builds do not depend on the machine's load. 0: rule defaults only.
     progress : callable, optional
         Called with one line of text per kernel scheduled without a record.
 
@@ -362,7 +366,7 @@ def compile_model(model: ImportedModel, target: str | HardwareTarget = "host", *
         if not strategy(hw).dlight_default:
             mod, picks = _schedule_no_record(mod, tvm_target, hw, plan,
                                              no_record or config.NO_RECORD.get(),
-                                             no_record_budget_s, progress)
+                                             no_record_budget, progress)
         packed = sorted(n for n, f in _prim_funcs(mod).items() if has_layout_rewrite(f))
         mod = fold_prepacked(mod)  # the packed weights become the module's constants
         packed = constant_shapes(mod, packed)

