@@ -289,7 +289,7 @@ def tune_fused(fused, hw, work_dir: Path, trials: int, seed: int):
 
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_fusion.tune.fast_import import build_kernel, import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import build_kernel, import_tensor_intrinsics
 
     import_tensor_intrinsics()
     try:

@@ -28,7 +28,7 @@ HW = "x86_zen4"
 
 @pytest.fixture(scope="module")
 def dataset():
-    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     return load_dataset([FIXTURE], load_target(HW))

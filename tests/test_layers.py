@@ -24,16 +24,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tvm_fusion"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
     # specs and the target-family strategies (family/) they name, shipped data, model
-    # sources. tune.fast_import, tune.ms_compat and tune.vnni
-    # (the VNNI intrinsic records replay with) are TVM work-arounds that the GPU and
-    # cost-model stages below tune/ and the log database need as well (tune.int8_dw,
-    # the default int8 depthwise schedule, with tune.vnni; tune.fast_math, the float32
-    # exp every CPU build lowers as a polynomial, with tune.fast_import's builder); "tune" is
-    # tune/__init__.py, which imports its names on first use (nothing when loaded).
+    # sources, and compat/, the TVM work-arounds every stage above may need (the tensor
+    # intrinsics' fast import and our builder, the float32 exp CPU builds lower as a
+    # polynomial, MetaSchedule's quirks). "tune" is tune/__init__.py, which imports its
+    # names on first use (nothing when loaded).
     ("base", ("errors", "config", "version", "data", "targets", "family", "family.*", "zoo",
-              "embedded",
-              "tune.fast_import", "tune.fast_math", "tune.ms_compat", "tune.vnni", "tune.int8_dw",
-              "tune")),
+              "embedded", "compat", "compat.*", "tune.vnni", "tune.int8_dw", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;

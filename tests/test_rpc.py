@@ -138,7 +138,7 @@ def test_each_measurement_has_repeats_and_near_ties_are_timed_again():
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_fusion.tune.fast_import import build_kernel
+    from tvm_fusion.compat.fast_import import build_kernel
     from tvm_fusion.tune.measure import REPEAT, device_type, median_us, remeasure, spread_pct
 
     assert median_us([3e-6, 1e-6, 2e-6]) == pytest.approx(2.0)

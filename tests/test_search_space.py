@@ -14,7 +14,7 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
 from tvm_fusion.tune.cpu_rules import MutateTileChoice, filling_tiles
-from tvm_fusion.tune.fast_import import build_kernel
+from tvm_fusion.compat.fast_import import build_kernel
 from tvm_fusion.tune.space import (SPACE_DIR, SearchSpaceError, load_search_space,
                                    space_from_dict, space_generator)
 
@@ -476,7 +476,7 @@ def test_tuning_with_the_rules_measures_them_and_they_match_numpy(host, tmp_path
                                                      init_min_unmeasured=16,
                                                      genetic_num_iters=1)
     # an earlier tune() in this process may leave handlers MetaSchedule's set-up chokes on
-    from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
+    from tvm_fusion.compat.ms_compat import drop_unnamed_handlers
     drop_unnamed_handlers()
     db = ms.tune_tir(mod, host, str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
                      space=space, strategy=strategy, cost_model="random", seed=3,

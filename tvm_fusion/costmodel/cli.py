@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import CostModelError
 from ..targets import load_target
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 from .dataset import load_dataset
 
 # .model (xgboost) is imported in the commands that use it: the rest of the CLI,

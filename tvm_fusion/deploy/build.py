@@ -41,7 +41,7 @@ from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
 from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
                              NoRecordPick, schedule_without_records)
-from ..tune.fast_math import vectorizable_exp
+from ..compat.fast_math import vectorizable_exp
 from ..tune.logdb import WORKLOAD_FILE
 from ..tune.logs import content_hash, open_database
 from ..tune.manifest import target_key

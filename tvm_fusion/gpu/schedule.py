@@ -16,7 +16,7 @@ from tvm.s_tir import dlight as dl
 from tvm.target.codegen import target_has_features
 
 from ..family import family_of
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
 from ..tune.vnni import (CONV_BLOCK, PACKED_BLOCK, lowering_error, schedule_conv_vnni,
                          schedule_packed_vnni)

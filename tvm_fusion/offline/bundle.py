@@ -44,7 +44,7 @@ from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
-from ..tune.fast_math import vectorizable_exp
+from ..compat.fast_math import vectorizable_exp
 from ..tune.logdb import dumps, record_json
 from ..tune.logs import open_database, target_dir
 from ..tune.manifest import KernelUse, ModelEntry, read_manifest, write_manifest

@@ -34,8 +34,8 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from .fast_import import import_tensor_intrinsics
-from .fast_math import vectorizable_exp
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.fast_math import vectorizable_exp
 from .predicted import rank_candidates
 from .verify import _buffers
 

@@ -28,8 +28,8 @@ from ..errors import TargetError, TvmFusionError
 from ..family import FAMILIES, family_of, strategy
 from .cpu_rules import (MutateTileChoice, PlainConfig, PlainRule, RegisterTileConfig,
                         RegisterTileRule, vector_shape)
-from .fast_import import import_tensor_intrinsics
-from .ms_compat import schedule_pools_like_reductions
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.ms_compat import schedule_pools_like_reductions
 
 SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"

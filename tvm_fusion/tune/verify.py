@@ -31,7 +31,7 @@ import tvm
 from ..family import family_of
 from ..gpu.schedule import default_schedule
 from ..reference import max_rel_error
-from .fast_math import exp_lowerings, vectorizable_exp
+from ..compat.fast_math import exp_lowerings, vectorizable_exp
 from .measure import valid_secs
 
 KERNEL_RTOL = 1e-4
