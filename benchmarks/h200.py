@@ -266,7 +266,7 @@ def build_tvm(fused, hw, database=None):
 
     from tvm_fusion.deploy.build import _lowering_passes
     from tvm_fusion.gpu import default_gpu_schedule, raise_on_violations
-    from tvm_fusion.gpu.tir_check import check_scheduled
+    from tvm_fusion.schedules.tir_check import check_scheduled
 
     target = hw.tvm_target()
     with target, tvm.transform.PassContext(opt_level=3):

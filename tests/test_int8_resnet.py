@@ -175,13 +175,13 @@ def test_residual_epilogues_run_at_the_vnni_tile(resnet_head):
     float sum the next shortcut reads, its uint8 the next conv reads); the next one also
     requantizes its shortcut first (a block before the conv that only the epilogue
     reads). Untuned, every such epilogue runs at the conv's VNNI tile
-    (tune/vnni._epilogues_at, _feeds_only_epilogue): left as loop nests over the int32
+    (schedules/vnni._epilogues_at, _feeds_only_epilogue): left as loop nests over the int32
     accumulators written out in full, they made QDQ ResNet-50's 16 residual kernels its
     slowest (2.4 ms against 0.24 ms for the first). No conv kernel has a loop nest over
     its accumulators outside the tile but the stem's (its output changes layout): only
     a padding of a conv's input runs outside it."""
     from tvm import s_tir
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
     from tvm_fusion.tune.schedulable import kernel_module
 

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # polynomial, MetaSchedule's quirks). "tune" is tune/__init__.py, which imports its
     # names on first use (nothing when loaded).
     ("base", ("errors", "config", "version", "data", "targets", "family", "family.*", "zoo",
-              "embedded", "compat", "compat.*", "tune.vnni", "tune.int8_dw", "tune")),
+              "embedded", "compat", "compat.*", "tune")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;
@@ -39,7 +39,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("plan", ("plan", "plan.*")),
     # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
     ("logs database", ("tune.logdb", "tune.logs", "tune.manifest", "logtools")),
-    # GPU schedules, resources and limits: kernels plans them with compiled resources.
+    # The schedule rules of every family, CPU (ours for MetaSchedule, VNNI, int8
+    # depthwise) and GPU (DP4A, MFMA) side by side, the default schedule of a kernel
+    # without a record, and the TIR check of a GPU schedule against the target's limits.
+    ("schedules", ("schedules", "schedules.*")),
+    # GPU toolchains (nvcc, ROCm), resources and limits: kernels plans with compiled
+    # resources.
     ("gpu building blocks", ("gpu", "gpu.*")),
     # Model + logs -> the kernels to tune or build. tune.schedulable (a plan MetaSchedule
     # can schedule, outlined) and tune.prepack (layout-free weights) are its steps.

@@ -13,7 +13,7 @@ from tvm.s_tir.meta_schedule import _ffi_api as mutator_ffi
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
-from tvm_fusion.tune.cpu_rules import MutateTileChoice, filling_tiles
+from tvm_fusion.schedules.cpu_rules import MutateTileChoice, filling_tiles
 from tvm_fusion.compat.fast_import import build_kernel
 from tvm_fusion.tune.space import (SPACE_DIR, SearchSpaceError, load_search_space,
                                    space_from_dict, space_generator)
@@ -205,7 +205,7 @@ def test_tune_uses_the_cpu_file_by_default_and_a_given_file(host, tmp_path):
     assert space.origin.endswith("mine.json")
 
 
-# --- tvm-fusion's CPU rules (tune/cpu_rules.py) ---------------------------------------
+# --- tvm-fusion's CPU rules (schedules/cpu_rules.py) ---------------------------------------
 
 def _mm_bias_relu_residual(m=32, k=64, n=64, layout_free=False):
     a = te.placeholder((m, k), name="a")

@@ -33,8 +33,8 @@ from ..gpu.limits import raise_on_violations
 from ..gpu.rocm import require_rocm_build
 from .. import config
 from ..costmodel import make_cost_model
-from ..gpu.schedule import default_cpu_schedule, default_schedule
-from ..gpu.tir_check import check_scheduled
+from ..schedules.default import default_cpu_schedule, default_schedule
+from ..schedules.tir_check import check_scheduled
 from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target

@@ -53,7 +53,7 @@ PLAIN_FLOPS_PER_S = 1e9  # a first guess of their rate, raised to what they real
 CHECK_SEEDS = (0, 1)
 DEFAULT_BUDGET_S = 20.0  # seconds of cost-model search per build, over all kernels
 SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a 2-core Zen 4 for a fused conv
-TILE_RULES = ("register_tile", "depthwise")  # tune/cpu_rules.py's marks of a tiled block
+TILE_RULES = ("register_tile", "depthwise")  # schedules/cpu_rules.py's marks of a tiled block
 RULE_SAMPLES = 2         # draws of the rules' decisions the cost model ranks, no search
 
 
@@ -141,7 +141,7 @@ def _may_hang_llvm(func: tvm.tirx.PrimFunc) -> bool:
 def _rule_default(wl, target, space_generator, cost_model, seed: int):
     """The rules' design spaces with their sampled decisions (tile sizes, unroll): with a
     cost model, its best of ``RULE_SAMPLES`` draws of each; without one, one draw of
-    the first space of our own rules (``tune/cpu_rules.py``: register tile, depthwise,
+    the first space of our own rules (``schedules/cpu_rules.py``: register tile, depthwise,
     plain) where one applies, else of the first stock one. The schedule (its trace
     replays it), or None."""
     spaces = _design_spaces(wl, target, space_generator, seed)

@@ -9,7 +9,7 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..gpu.schedule import default_schedule
+from ..schedules.default import default_schedule
 from .budget import stalled
 from .logs import append_jsonl
 from .manifest import add_trials
