@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_fusion.tune.logdb import is_measured, read_run_times
+from tvm_fusion.logs.logdb import is_measured, read_run_times
 from tvm_fusion.compat.ms_compat import drop_unnamed_handlers
 
 

@@ -298,8 +298,8 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(tmp_path):
 
     import tvm
 
-    from tvm_fusion.tune.logdb import PREDICTED_RUN_S
-    from tvm_fusion.tune.logs import open_database
+    from tvm_fusion.logs.logdb import PREDICTED_RUN_S
+    from tvm_fusion.logs.dirs import open_database
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a CUDA GPU: a dry run would verify there")

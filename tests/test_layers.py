@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tvm_fusion"
 
 # The layers, from the bottom. A module may import its own layer and the ones below.
 # Names are relative to tvm_fusion; "x.*" is every submodule of x; the most specific
-# pattern wins ("tune.logs" over "tune.*"). "" is tvm_fusion/__init__.py, the public API.
+# pattern wins ("costmodel.cli" over "costmodel.*"). "" is tvm_fusion/__init__.py, the public API.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
     # specs and the target-family strategies (family/) they name, shipped data, model
@@ -37,8 +37,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("simplify", ("simplify", "simplify.*", "model_spec")),
     ("graph", ("graph", "graph.*")),
     ("plan", ("plan", "plan.*")),
-    # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
-    ("logs database", ("tune.logdb", "tune.logs", "tune.manifest", "logtools")),
+    # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tools.
+    ("logs", ("logs", "logs.*")),
     # The schedule rules of every family, CPU (ours for MetaSchedule, VNNI, int8
     # depthwise) and GPU (DP4A, MFMA) side by side, the default schedule of a kernel
     # without a record, and the TIR check of a GPU schedule against the target's limits.
@@ -218,8 +218,8 @@ def test_the_checker_sees_what_it_must():
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
-    assert _layer_of("tune.logs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
-    assert (_layer_of("tune.manifest") < _layer_of("gpu.resources")
+    assert _layer_of("logs.dirs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
+    assert (_layer_of("logs.manifest") < _layer_of("gpu.resources")
             < _layer_of("kernels.prepare") < _layer_of("costmodel.group_data")
             < _layer_of("tune.driver") < _layer_of("deploy.build"))
     assert _layer_of("tune.prepack") == _layer_of("tune.schedulable") == _layer_of("kernels")

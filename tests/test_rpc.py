@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
-from tvm_fusion.tune.logs import open_database, target_dir
+from tvm_fusion.logs.dirs import open_database, target_dir
 from tvm_fusion.tune.measure import MeasureError, check_tracker, make_runner, parse_tracker
 
 pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")

@@ -424,7 +424,7 @@ def test_sampled_register_tiles_fill_the_accumulators_and_match_numpy(host):
 def test_register_tile_records_of_old_and_new_sampling_replay_from_logs(host, tmp_path):
     """A record of the new sampling (a categorical decision) and one tuned with the old
     sampling both go through the logs' JSON and rebuild the same kernel, matching numpy."""
-    from tvm_fusion.tune.logdb import LogDatabase
+    from tvm_fusion.logs.logdb import LogDatabase
     mod, ref = _mm_bias_relu_residual()
     arrays = _args(mod)
     ctx, spaces = _spaces_of(mod, host)

@@ -63,7 +63,7 @@ ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS, *OPTIONAL_MAPPING_FIELDS
 # Hardware hashes a shipped description had before its values were re-measured. Tuning
 # logs keyed by one of them were measured on the same machine with the same TVM target
 # (tvm_config is unchanged: a new tvm_config is a new target), so they still apply; any
-# other hash is refused (tune/logs.py says what to do).
+# other hash is refused (logs/dirs.py says what to do).
 PREVIOUS_HASHES: dict[str, tuple[str, ...]] = {
     # before int8_vector (VNNI) joined peak_flops, 2026-12-01: tuning_logs/x86_zen4
     # and before its launch and call overheads took their measured values (10 -> 6.2 us)

@@ -177,7 +177,7 @@ def add_parser(sub) -> None:
 
 def cmd_train_group_model(args) -> int:
     """``tvm-fusion train-group-model --logs DIR... -o FILE``."""
-    from ..logtools import target_dirs
+    from ..logs.tools import target_dirs
     from .group_data import kernel_records
     from .group_model import ROUNDS, train_group_model
 

@@ -42,9 +42,9 @@ from ..tune.driver import default_cost_model
 from ..tune.fallback import (DEFAULT_BUDGET_S, MEASURED, PREDICTED, RULE, UNSCHEDULED,
                              NoRecordPick, schedule_without_records)
 from ..compat.fast_math import vectorizable_exp
-from ..tune.logdb import WORKLOAD_FILE
-from ..tune.logs import content_hash, open_database
-from ..tune.manifest import target_key
+from ..logs.logdb import WORKLOAD_FILE
+from ..logs.dirs import content_hash, open_database
+from ..logs.manifest import target_key
 from ..tune.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
 from ..tune.space import space_for_target, space_generator
 

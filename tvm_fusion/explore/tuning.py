@@ -27,7 +27,7 @@ from ..targets import as_target
 from ..tune.builder import PooledBuilder
 from ..compat.fast_import import import_tensor_intrinsics
 from ..compat.fast_math import vectorizable_exp
-from ..tune.logdb import is_measured, read_run_times
+from ..logs.logdb import is_measured, read_run_times
 from ..compat.ms_compat import drop_unnamed_handlers, plain_task_tables
 
 # matplotlib (about 1 s to import) is imported by the functions that draw, so that

@@ -23,8 +23,8 @@ from ..gpu.resources import plan_resources
 from ..graph import OpGraph
 from ..plan import FusionPlan, PlanOptions, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
-from ..tune.logs import target_dir
-from ..tune.manifest import Manifest, ModelEntry, load_manifest, read_manifest
+from ..logs.dirs import target_dir
+from ..logs.manifest import Manifest, ModelEntry, load_manifest, read_manifest
 from ..tune.prepack import resolve_prepack
 from ..tune.schedulable import kernel_module, make_schedulable
 

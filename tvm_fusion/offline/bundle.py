@@ -45,9 +45,9 @@ from ..plan import FusionPlan, PlanOptions
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
 from ..compat.fast_math import vectorizable_exp
-from ..tune.logdb import dumps, record_json
-from ..tune.logs import open_database, target_dir
-from ..tune.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
+from ..logs.logdb import dumps, record_json
+from ..logs.dirs import open_database, target_dir
+from ..logs.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
 from ..tune.prepack import resolve_prepack
 from ..tune.verify import _buffers, quantizes, run_kernel

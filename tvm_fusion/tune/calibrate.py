@@ -273,7 +273,7 @@ def fit_efficiency(doc: dict, dirs: list[Path]) -> dict:
     priced on ``doc``'s description."""
     from ..costmodel.efficiency_fit import efficiency_terms, fit_cpu_efficiency
     from ..costmodel.group_data import kernel_records
-    from ..logtools import target_dirs
+    from ..logs.tools import target_dirs
     from ..costmodel.group_model import MIN_TRIALS_PER_KERNEL
     from ..plan import AnalyticalCostModel
 

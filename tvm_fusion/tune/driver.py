@@ -40,9 +40,9 @@ from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
 from .fallback import rule_default
 from ..compat.fast_import import import_tensor_intrinsics
-from .logs import (check_writable, kernel_table, open_database, orphaned_records, target_dir,
-                   write_fault)
-from .manifest import Manifest, ModelEntry, saved_trials, target_key, write_manifest
+from ..logs.dirs import (check_writable, kernel_table, open_database, orphaned_records,
+                         target_dir, write_fault)
+from ..logs.manifest import Manifest, ModelEntry, saved_trials, target_key, write_manifest
 from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_device,
                       make_runner)
 from ..compat.ms_compat import drop_unnamed_handlers, plain_task_tables
