@@ -255,7 +255,7 @@ def test_a_record_slower_than_the_vnni_default_is_not_accepted():
     int8 GEMM's scalar loops (unscheduled) checked against its VNNI default are correct
     and not faster, so tuning keeps the default (tune/verify.py, faster_than_default)."""
     from tvm_fusion import load_target, plan_fusion
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
     from tvm_fusion.tune.verify import KernelVerifier, Outcome
     from tvm_fusion.schedules.vnni import PACKED_BLOCK
 
@@ -348,7 +348,7 @@ def _blocks_in_tile(model, compiled) -> list[list[str]]:
     from tvm import s_tir
     from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
     from tvm_fusion.schedules.vnni import CONV_BLOCK
 
     out = []
@@ -392,7 +392,7 @@ def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):
     from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
     from tvm_fusion.schedules.int8_dw import BLOCK
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     proto, model, compiled = stem_depthwise
     stem = [g for g in compiled.plan.groups if g.ops[0].startswith("conv2d_NCHWc_int8")]

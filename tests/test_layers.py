@@ -46,9 +46,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # GPU toolchains (nvcc, ROCm), resources and limits: kernels plans with compiled
     # resources.
     ("gpu building blocks", ("gpu", "gpu.*")),
-    # Model + logs -> the kernels to tune or build. tune.schedulable (a plan MetaSchedule
-    # can schedule, outlined) and tune.prepack (layout-free weights) are its steps.
-    ("kernels", ("kernels", "kernels.*", "tune.schedulable", "tune.prepack")),
+    # Model + logs -> the kernels to tune or build; its steps: kernels.schedulable (a plan
+    # MetaSchedule can schedule, outlined) and kernels.prepack (layout-free weights).
+    ("kernels", ("kernels", "kernels.*")),
     # The cost model's training data re-imports tuned models through kernels.
     ("costmodel", ("costmodel", "costmodel.*")),
     ("tune", ("tune.*",)),
@@ -222,7 +222,7 @@ def test_the_checker_sees_what_it_must():
     assert (_layer_of("logs.manifest") < _layer_of("gpu.resources")
             < _layer_of("kernels.prepare") < _layer_of("costmodel.group_data")
             < _layer_of("tune.driver") < _layer_of("deploy.build"))
-    assert _layer_of("tune.prepack") == _layer_of("tune.schedulable") == _layer_of("kernels")
+    assert _layer_of("kernels.prepack") == _layer_of("kernels.schedulable") == _layer_of("kernels")
     reads = [_reads_a_variable(ast.parse(code).body[0].value) for code in (
         "os.environ.get('X')", "os.environ['X']", "os.getenv('X')", "'X' in os.environ",
         "dict(os.environ)")]

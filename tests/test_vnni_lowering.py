@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not _vnni(), reason="the VNNI default schedules 
 def _kernels(proto):
     """The imported model's fused kernels as compile plans them, and the host target."""
     from tvm_fusion.plan import plan_model
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     hw = load_target("host")
     graph, plan = plan_model(import_model(proto).mod, hw)

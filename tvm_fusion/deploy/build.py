@@ -45,7 +45,7 @@ from ..compat.fast_math import vectorizable_exp
 from ..logs.logdb import WORKLOAD_FILE
 from ..logs.dirs import content_hash, open_database
 from ..logs.manifest import target_key
-from ..tune.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
+from ..kernels.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
 from ..tune.space import space_for_target, space_generator
 
 MODULE_SCHEMA = "tvm-fusion/module"

@@ -49,7 +49,7 @@ from ..logs.logdb import dumps, record_json
 from ..logs.dirs import open_database, target_dir
 from ..logs.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
-from ..tune.prepack import resolve_prepack
+from ..kernels.prepack import resolve_prepack
 from ..tune.verify import _buffers, quantizes, run_kernel
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"

@@ -48,7 +48,7 @@ from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_dev
 from ..compat.ms_compat import drop_unnamed_handlers, plain_task_tables
 from .options import SearchOptions
 from .predicted import schedule_unmeasured
-from .prepack import prepack_default
+from ..kernels.prepack import prepack_default
 from .progress import Progress
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator
