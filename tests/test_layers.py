@@ -51,6 +51,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels", "kernels.*")),
     # The cost model's training data re-imports tuned models through kernels.
     ("costmodel", ("costmodel", "costmodel.*")),
+    # Machine calibration, next to targets.py: it writes a target description, and with
+    # --logs fits the cost model's CPU efficiency shares to the tuned kernels.
+    ("calibration", ("calibrate",)),
     ("tune", ("tune.*",)),
     ("deploy", ("deploy", "deploy.*")),
     ("offline, explore", ("offline", "offline.*", "explore", "explore.*")),

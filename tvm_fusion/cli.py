@@ -173,7 +173,7 @@ def cmd_targets(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .tune.calibrate import calibrate_host, check_inputs, fit_efficiency, write_target
+    from .calibrate import calibrate_host, check_inputs, fit_efficiency, write_target
 
     base = load_target(args.target)
     check_inputs(base, args.name)

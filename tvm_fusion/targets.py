@@ -36,7 +36,7 @@ INT_FIELDS = ("compute_units", "l1_bytes_per_unit", "shared_memory_bytes_per_uni
               "registers_per_unit", "max_threads_per_unit", "warp_size",
               "max_threads_per_block", "vector_width_bits")
 FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth_gbs", "launch_overhead_us")
-# Measured by `tvm-fusion calibrate` (tune/calibrate.py); optional, so that descriptions
+# Measured by `tvm-fusion calibrate` (calibrate.py); optional, so that descriptions
 # without them keep their hardware hash. call_overhead_us: one serial kernel call through
 # the Relax VM (the cost model's CPU_CALL_US where absent); cache_bandwidth_gbs: copy
 # bandwidth of a buffer that stays in the cores' L2.
