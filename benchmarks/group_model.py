@@ -43,7 +43,7 @@ def records_of(dirs: list[Path], reprice: dict | None = None) -> list:
     """Every tuned kernel of the (target directories under) ``dirs``; the kernels of a
     target named in ``reprice`` (name -> HardwareTarget) priced on that description."""
     from tvm_fusion.costmodel.group_data import kernel_records
-    from tvm_fusion.logtools import target_dirs
+    from tvm_fusion.logs.tools import target_dirs
     from tvm_fusion.costmodel.group_model import MIN_TRIALS_PER_KERNEL
     from tvm_fusion.plan import AnalyticalCostModel
 

@@ -266,7 +266,7 @@ def build_tvm(fused, hw, database=None):
 
     from tvm_fusion.deploy.build import _lowering_passes
     from tvm_fusion.gpu import default_gpu_schedule, raise_on_violations
-    from tvm_fusion.gpu.tir_check import check_scheduled
+    from tvm_fusion.schedules.tir_check import check_scheduled
 
     target = hw.tvm_target()
     with target, tvm.transform.PassContext(opt_level=3):
@@ -289,7 +289,7 @@ def tune_fused(fused, hw, work_dir: Path, trials: int, seed: int):
 
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_fusion.tune.fast_import import build_kernel, import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import build_kernel, import_tensor_intrinsics
 
     import_tensor_intrinsics()
     try:

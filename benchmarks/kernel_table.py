@@ -323,8 +323,8 @@ def main(argv=None) -> int:
     from tvm_fusion.errors import TvmFusionError
     from tvm_fusion.model_spec import load_model_spec
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.logs import target_dir
-    from tvm_fusion.tune.manifest import load_manifest_raw
+    from tvm_fusion.logs.dirs import target_dir
+    from tvm_fusion.logs.manifest import load_manifest_raw
 
     from .roofline import measure_machine
 

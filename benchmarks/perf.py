@@ -59,7 +59,7 @@ def build(name: str, budgets: list[int], out: Path) -> dict:
     from tvm_fusion.plan import plan_model
     from tvm_fusion.reference import random_inputs
     from tvm_fusion.targets import as_target
-    from tvm_fusion.tune.schedulable import make_schedulable
+    from tvm_fusion.kernels.schedulable import make_schedulable
 
     path = _model_path(name)
     entry = _entry(name)

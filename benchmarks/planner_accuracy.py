@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from functools import partial
 
-    from tvm_fusion.logtools import target_dirs
+    from tvm_fusion.logs.tools import target_dirs
 
     target_dirs = partial(target_dirs, manifest_only=True, missing_ok=True)
     dirs = target_dirs(args.logs) if args.logs.is_dir() else []

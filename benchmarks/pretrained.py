@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     from tvm_fusion import load_target
     from tvm_fusion.costmodel import make_cost_model
     from tvm_fusion.errors import TvmFusionError
-    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import import_tensor_intrinsics
 
     from .systems import _fresh
     from .timing import interleave

@@ -48,7 +48,7 @@ METHOD = """\
   function imports `tvm.s_tir.tensor_intrin` in every build job, and its LocalBuilder
   starts fresh worker processes for every batch, so each worker of each batch pays that
   import (about 25 s alone, up to a minute when two run at once on this 2-core machine).
-  tvm-fusion avoids it with its own builder function (`tvm_fusion.tune.fast_import.
+  tvm-fusion avoids it with its own builder function (`tvm_fusion.compat.fast_import.
   build_kernel`), so the tuning-time comparison is partly about that, not about search.
   The same import is longer than LocalBuilder's default 30 s timeout here: as shipped,
   every stock build times out and nothing is tuned. The harness raises that timeout

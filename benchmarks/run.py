@@ -233,7 +233,7 @@ def main(argv=None) -> int:
 
     import tvm_fusion
     from tvm_fusion import load_target
-    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import import_tensor_intrinsics
 
     from .report import write_all
     from .roofline import measure_machine

@@ -52,7 +52,7 @@ def compare(run_dir: Path, name: str, *, rounds: int) -> dict:
 
     from tvm_fusion import import_model, zoo
     from tvm_fusion.deploy.build import compile_model
-    from tvm_fusion.logtools import merge
+    from tvm_fusion.logs.tools import merge
     from tvm_fusion.plan import FusionPlan
     from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_fusion.tune.logdb import is_measured, read_run_times
-from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
+from tvm_fusion.logs.logdb import is_measured, read_run_times
+from tvm_fusion.compat.ms_compat import drop_unnamed_handlers
 
 
 @contextlib.contextmanager
@@ -137,7 +137,7 @@ def tune_and_build(mod, target, work_dir: Path, trials: int, *,
     import tvm
     from tvm import relax
 
-    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()  # the harness process only; builder workers pay it in full
     if prepack is None:

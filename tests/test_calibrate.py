@@ -18,9 +18,9 @@ import tvm_fusion as tf
 from tvm_fusion import targets
 from tvm_fusion.errors import TargetError
 from tvm_fusion.plan import AnalyticalCostModel
-from tvm_fusion.tune import manifest as logs
-from tvm_fusion.tune.calibrate import (FMA_ACCS, FMA_STEPS, _fma_kernel, check_inputs,
-                                       copy_bandwidth, fma_peaks, write_target)
+from tvm_fusion.logs import manifest as logs
+from tvm_fusion.calibrate import (FMA_ACCS, FMA_STEPS, _fma_kernel, check_inputs,
+                                  copy_bandwidth, fma_peaks, write_target)
 
 from test_bad_inputs import cli
 

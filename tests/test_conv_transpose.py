@@ -13,7 +13,7 @@ import tvm
 import tvm_fusion as tf
 from tvm_fusion.plan import plan_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
-from tvm_fusion.tune.schedulable import kernel_module
+from tvm_fusion.kernels.schedulable import kernel_module
 
 from onnx_cases import _vi, T, const, h, make
 

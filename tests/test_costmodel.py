@@ -28,7 +28,7 @@ HW = "x86_zen4"
 
 @pytest.fixture(scope="module")
 def dataset():
-    from tvm_fusion.tune.fast_import import import_tensor_intrinsics
+    from tvm_fusion.compat.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     return load_dataset([FIXTURE], load_target(HW))
@@ -229,7 +229,7 @@ def test_tune_with_pretrained_model_fills_unmeasured_kernels(trained, tmp_path):
     the others get the model's pick, verified, in the deployable database."""
     import tvm_fusion as tf
     from tvm_fusion.embedded import build_embedded_model
-    from tvm_fusion.tune.logs import open_database
+    from tvm_fusion.logs.dirs import open_database
 
     hw = load_target("host")
     model = tf.import_model(build_embedded_model(), name="embedded")

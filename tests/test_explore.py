@@ -18,7 +18,7 @@ from tvm_fusion.explore import (comparison_html, compare_targets, draw_plan,  # 
 from tvm_fusion.explore.tuning import (kernel_results, plot_roofline,  # noqa: E402
                                        plot_tuning_curves, tuning_curve)
 from tvm_fusion.plan import FusionPlan  # noqa: E402
-from tvm_fusion.tune.logdb import read_run_times  # noqa: E402
+from tvm_fusion.logs.logdb import read_run_times  # noqa: E402
 
 from test_planner import matmul_softmax  # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm import te, topi
 
-from tvm_fusion.tune.fast_math import exp_lowerings, vectorizable_exp
+from tvm_fusion.compat.fast_math import exp_lowerings, vectorizable_exp
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 1})
 

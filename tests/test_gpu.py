@@ -23,7 +23,7 @@ from tvm_fusion.gpu.cuda import find_cuobjdump
 from tvm_fusion.gpu.precision import apply_precision
 from tvm_fusion.gpu.rocm import rocm_support
 from tvm_fusion.gpu import schedule_and_check
-from tvm_fusion.gpu.tir_check import check_launch, device_kernels
+from tvm_fusion.schedules.tir_check import check_launch, device_kernels
 from tvm_fusion.plan import AnalyticalCostModel, make_plan
 from tvm_fusion.plan.cost import GPU_REGISTER_TOLERANCE
 
@@ -298,8 +298,8 @@ def test_dry_run_picks_limit_checked_schedules_marked_unmeasured(tmp_path):
 
     import tvm
 
-    from tvm_fusion.tune.logdb import PREDICTED_RUN_S
-    from tvm_fusion.tune.logs import open_database
+    from tvm_fusion.logs.logdb import PREDICTED_RUN_S
+    from tvm_fusion.logs.dirs import open_database
 
     if tvm.cuda(0).exist:
         pytest.skip("this machine has a CUDA GPU: a dry run would verify there")
@@ -463,7 +463,7 @@ def test_fp16_converts_a_cnn_with_both_forms_of_clip_and_matches_onnxruntime(tmp
 @needs_nvcc
 def test_a100_int8_gemm_builds_with_nvcc_and_uses_dp4a(tmp_path):
     """An integer GEMM (MatMulInteger, u8 x s8 -> i32) for a100: its default schedule
-    (gpu/int8.py) tensorizes the packed weight's 4-wide K tile with DP4A; nvcc compiles
+    (schedules/dp4a.py) tensorizes the packed weight's 4-wide K tile with DP4A; nvcc compiles
     it within the limits and the PTX has the dp4a instruction."""
     import onnx_cases as oc
 

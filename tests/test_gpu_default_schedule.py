@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
 from tvm_fusion.gpu import find_nvcc
-from tvm_fusion.gpu.schedule import default_gpu_schedule
-from tvm_fusion.gpu.tir_check import check_scheduled
+from tvm_fusion.schedules.default import default_gpu_schedule
+from tvm_fusion.schedules.tir_check import check_scheduled
 
 
 def _head(batch: int = 1, width: int = 64, classes: int = 3):

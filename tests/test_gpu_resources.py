@@ -19,7 +19,7 @@ from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.gpu import find_nvcc
 from tvm_fusion.gpu.amdgpu import AmdgpuResources, find_toolchain, parse_amdgpu_metadata
 from tvm_fusion.gpu.resources import compile_group, plan_with_compiled_resources
-from tvm_fusion.gpu.schedule import default_gpu_schedule
+from tvm_fusion.schedules.default import default_gpu_schedule
 from tvm_fusion.plan import make_plan
 from tvm_fusion.plan.gpu_resources import GpuResources
 from tvm_fusion.plan.gpu_terms import blocks_per_unit, waves_per_simd

@@ -31,7 +31,7 @@ for name in modules:
     importlib.import_module(name)
 # what the parser swap of fast_import touches, imported now that it exists
 parsers = [importlib.import_module(n)
-           for n in importlib.import_module("tvm_fusion.tune.fast_import").PARSER_MODULES]
+           for n in importlib.import_module("tvm_fusion.compat.fast_import").PARSER_MODULES]
 
 print(json.dumps({
     "modules": len(modules),

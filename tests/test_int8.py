@@ -176,7 +176,7 @@ def _asm(executable) -> str:
 
 
 def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path, monkeypatch):
-    """MetaSchedule's MultiLevelTilingWithIntrin reaches VNNI (tune/vnni.py: the packed
+    """MetaSchedule's MultiLevelTilingWithIntrin reaches VNNI (schedules/vnni.py: the packed
     weight, the intrinsic with LLVM's int8x64 operands, no vectorized loop around it):
     4 trials (8 at worst) give a verified record whose kernel is vpdpbusd, and the tuned build
     matches ONNX Runtime exactly.
@@ -233,7 +233,7 @@ def test_tuned_int8_gemm_reaches_vnni_on_this_cpu(tmp_path, monkeypatch):
 @pytest.mark.parametrize("rows", [16, 7])  # a 4-row tile; rows that only 1 divides
 def test_untuned_int8_gemm_gets_vnni_by_default(rows, tmp_path):
     """Without a record an int8 GEMM is not a scalar loop (250x slower) but VNNI
-    (tune/vnni.py's default schedule), bit-exact against ONNX Runtime."""
+    (schedules/vnni.py's default schedule), bit-exact against ONNX Runtime."""
     from tvm_fusion import load_target
 
     if not {"avx512_vnni"} & set(load_target("host").features):
@@ -255,9 +255,9 @@ def test_a_record_slower_than_the_vnni_default_is_not_accepted():
     int8 GEMM's scalar loops (unscheduled) checked against its VNNI default are correct
     and not faster, so tuning keeps the default (tune/verify.py, faster_than_default)."""
     from tvm_fusion import load_target, plan_fusion
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
     from tvm_fusion.tune.verify import KernelVerifier, Outcome
-    from tvm_fusion.tune.vnni import PACKED_BLOCK
+    from tvm_fusion.schedules.vnni import PACKED_BLOCK
 
     hw = load_target("host")
     if "avx512_vnni" not in hw.features:
@@ -275,7 +275,7 @@ def test_a_record_slower_than_the_vnni_default_is_not_accepted():
 
 def test_untuned_int8_convs_get_vnni_and_match_onnxruntime_bit_exactly(tmp_path):
     """QDQ convs in NCHW16c (a 1x1 and a padded 3x3, graph/int8_conv.py) take the form of
-    TVM's conv2d_NCHWc_int8 and, untuned, run on VNNI (tune/vnni.schedule_conv_vnni)
+    TVM's conv2d_NCHWc_int8 and, untuned, run on VNNI (schedules/vnni.schedule_conv_vnni)
     where this CPU has it; the scales are powers of two, so ONNX Runtime's output is
     exact and ours must equal it bit for bit, the zero point padding the 3x3 included."""
     from tvm_fusion import load_target
@@ -346,10 +346,10 @@ def _blocks_in_tile(model, compiled) -> list[list[str]]:
     """For each default-scheduled VNNI conv kernel: the names of the
     epilogue blocks under the conv's outermost (tile) loop."""
     from tvm import s_tir
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.schedulable import kernel_module
-    from tvm_fusion.tune.vnni import CONV_BLOCK
+    from tvm_fusion.kernels.schedulable import kernel_module
+    from tvm_fusion.schedules.vnni import CONV_BLOCK
 
     out = []
     graph = graph_for_plan(model.mod, compiled.plan)
@@ -386,13 +386,13 @@ def test_untuned_int8_stem_and_depthwise_convs_run_on_vectors(stem_depthwise):
     """A QDQ stem (3 channels, zero point 128) and two depthwise convs (3x3 with zero
     point 3 padding it, 5x5 stride 2 with a bias), power-of-two scales: the stem's
     channels are padded to 4 for VNNI (graph/int8_conv.py), each depthwise conv keeps 16
-    channels in vector lanes untuned (tune/int8_dw.py), and the output equals ONNX
+    channels in vector lanes untuned (schedules/int8_dw.py), and the output equals ONNX
     Runtime's bit for bit."""
     from tvm_fusion import load_target
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.int8_dw import BLOCK
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.schedules.int8_dw import BLOCK
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     proto, model, compiled = stem_depthwise
     stem = [g for g in compiled.plan.groups if g.ops[0].startswith("conv2d_NCHWc_int8")]

@@ -145,11 +145,11 @@ def test_prepacking_leaves_the_vnni_conv_weights_as_packed(resnet_head):
     """Tuning marks a kernel's constants layout-free for MetaSchedule's RewriteLayout,
     but not the int8 weight of a ``conv2d_NCHWc_int8`` block: it is in VNNI's layout
     already, and with it marked tuning this model crashed after its first batch
-    (tune/prepack.py). The epilogue's constants stay marked."""
+    (kernels/prepack.py). The epilogue's constants stay marked."""
     from tvm import s_tir
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.prepack import ATTR
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.prepack import ATTR
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     _, model, compiled = resnet_head
     if compiled.plan.layout != "NCHW16c":
@@ -175,15 +175,15 @@ def test_residual_epilogues_run_at_the_vnni_tile(resnet_head):
     float sum the next shortcut reads, its uint8 the next conv reads); the next one also
     requantizes its shortcut first (a block before the conv that only the epilogue
     reads). Untuned, every such epilogue runs at the conv's VNNI tile
-    (tune/vnni._epilogues_at, _feeds_only_epilogue): left as loop nests over the int32
+    (schedules/vnni._epilogues_at, _feeds_only_epilogue): left as loop nests over the int32
     accumulators written out in full, they made QDQ ResNet-50's 16 residual kernels its
     slowest (2.4 ms against 0.24 ms for the first). No conv kernel has a loop nest over
     its accumulators outside the tile but the stem's (its output changes layout): only
     a padding of a conv's input runs outside it."""
     from tvm import s_tir
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
+    from tvm_fusion.schedules.default import default_cpu_schedule
     from tvm_fusion.plan import graph_for_plan
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     _, model, compiled = resnet_head
     if "avx512_vnni" not in load_target("host").features:

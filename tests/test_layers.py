@@ -20,20 +20,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tvm_fusion"
 
 # The layers, from the bottom. A module may import its own layer and the ones below.
 # Names are relative to tvm_fusion; "x.*" is every submodule of x; the most specific
-# pattern wins ("tune.logs" over "tune.*"). "" is tvm_fusion/__init__.py, the public API.
+# pattern wins ("costmodel.cli" over "costmodel.*"). "" is tvm_fusion/__init__.py, the
+# public API.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: error types, environment knobs, hardware
     # specs and the target-family strategies (family/) they name, shipped data, model
-    # sources. tune.fast_import, tune.ms_compat and tune.vnni
-    # (the VNNI intrinsic records replay with) are TVM work-arounds that the GPU and
-    # cost-model stages below tune/ and the log database need as well (tune.int8_dw,
-    # the default int8 depthwise schedule, with tune.vnni; tune.fast_math, the float32
-    # exp every CPU build lowers as a polynomial, with tune.fast_import's builder); "tune" is
-    # tune/__init__.py, which imports its names on first use (nothing when loaded).
+    # sources, and compat/, the TVM work-arounds every stage above may need (the tensor
+    # intrinsics' fast import and our builder, the float32 exp CPU builds lower as a
+    # polynomial, MetaSchedule's quirks).
     ("base", ("errors", "config", "version", "data", "targets", "family", "family.*", "zoo",
-              "embedded",
-              "tune.fast_import", "tune.fast_math", "tune.ms_compat", "tune.vnni", "tune.int8_dw",
-              "tune")),
+              "embedded", "compat", "compat.*")),
     # ONNX in, Relax out; reference.py runs ONNX Runtime on the same inputs.
     ("frontend", ("frontend", "frontend.*", "reference")),
     # Graph simplification of the imported module, before the operator graph exists;
@@ -41,16 +37,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("simplify", ("simplify", "simplify.*", "model_spec")),
     ("graph", ("graph", "graph.*")),
     ("plan", ("plan", "plan.*")),
-    # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tooling.
-    ("logs database", ("tune.logdb", "tune.logs", "tune.manifest", "logtools")),
-    # GPU schedules, resources and limits: kernels plans them with compiled resources.
+    # The tuning-log directory (MetaSchedule JSONL plus our manifest) and its tools.
+    ("logs", ("logs", "logs.*")),
+    # The schedule rules of every family, CPU (ours for MetaSchedule, VNNI, int8
+    # depthwise) and GPU (DP4A, MFMA) side by side, the default schedule of a kernel
+    # without a record, and the TIR check of a GPU schedule against the target's limits.
+    ("schedules", ("schedules", "schedules.*")),
+    # GPU toolchains (nvcc and ptxas, ROCm), limits and compiled resources, which kernels
+    # plans with.
     ("gpu building blocks", ("gpu", "gpu.*")),
-    # Model + logs -> the kernels to tune or build. tune.schedulable (a plan MetaSchedule
-    # can schedule, outlined) and tune.prepack (layout-free weights) are its steps.
-    ("kernels", ("kernels", "kernels.*", "tune.schedulable", "tune.prepack")),
+    # Model + logs -> the kernels to tune or build; its steps: kernels.schedulable (a plan
+    # MetaSchedule can schedule, outlined) and kernels.prepack (layout-free weights).
+    ("kernels", ("kernels", "kernels.*")),
     # The cost model's training data re-imports tuned models through kernels.
     ("costmodel", ("costmodel", "costmodel.*")),
-    ("tune", ("tune.*",)),
+    # Machine calibration, next to targets.py: it writes a target description, and with
+    # --logs fits the cost model's CPU efficiency shares to the tuned kernels.
+    ("calibration", ("calibrate",)),
+    # The search: spaces, budget, build, measure, verify, the records it keeps.
+    ("tune", ("tune", "tune.*")),
     ("deploy", ("deploy", "deploy.*")),
     ("offline, explore", ("offline", "offline.*", "explore", "explore.*")),
     # What a user starts: the public API, the command lines, the demo.
@@ -217,11 +222,13 @@ def test_the_checker_sees_what_it_must():
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c"]]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
-    assert _layer_of("tune.logs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
-    assert (_layer_of("tune.manifest") < _layer_of("gpu.resources")
+    assert _layer_of("logs.dirs") < _layer_of("costmodel.model") < _layer_of("tune.driver")
+    assert (_layer_of("compat.fast_import") < _layer_of("logs.manifest")
+            < _layer_of("schedules.default") < _layer_of("gpu.resources")
             < _layer_of("kernels.prepare") < _layer_of("costmodel.group_data")
-            < _layer_of("tune.driver") < _layer_of("deploy.build"))
-    assert _layer_of("tune.prepack") == _layer_of("tune.schedulable") == _layer_of("kernels")
+            < _layer_of("calibrate") < _layer_of("tune.driver") < _layer_of("deploy.build"))
+    assert _layer_of("schedules.cpu_rules") == _layer_of("schedules.dp4a")  # side by side
+    assert _layer_of("kernels.prepack") == _layer_of("kernels.schedulable") == _layer_of("kernels")
     reads = [_reads_a_variable(ast.parse(code).body[0].value) for code in (
         "os.environ.get('X')", "os.environ['X']", "os.getenv('X')", "'X' in os.environ",
         "dict(os.environ)")]

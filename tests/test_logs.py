@@ -31,9 +31,9 @@ from tvm.s_tir import meta_schedule as ms
 import tvm_fusion as tf
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, run_onnxruntime
-from tvm_fusion.tune.logdb import (RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, DirLock,
+from tvm_fusion.logs.logdb import (RECORD_FILE, WORKLOAD_FILE, CorruptLogWarning, DirLock,
                                    LogDatabase, is_measured, read_run_times, write_database)
-from tvm_fusion.tune.manifest import (Manifest, read_manifest, target_identity,
+from tvm_fusion.logs.manifest import (Manifest, read_manifest, target_identity,
                                       write_manifest)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,7 +280,7 @@ WRITER = textwrap.dedent("""
     import tvm
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
-    from tvm_fusion.tune.logdb import LogDatabase
+    from tvm_fusion.logs.logdb import LogDatabase
     path, sizes = sys.argv[1], [int(s) for s in sys.argv[2].split(",")]
     def workload(n):
         x = te.placeholder((n, 64), "float32", name="x")
@@ -605,7 +605,7 @@ def test_jit_compiles_per_shape_caches_on_disk_and_reuses_across_processes(scena
 
 
 def test_merge_takes_logs_keyed_by_the_old_all_values_hash_as_the_same_target(tmp_path):
-    from tvm_fusion.logtools import merge
+    from tvm_fusion.logs.tools import merge
 
     host = tf.load_target("host")
     for sub, h in (("old", host.values_hash), ("new", host.hardware_hash),

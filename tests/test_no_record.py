@@ -23,7 +23,7 @@ from tvm_fusion.plan import PlanOptions, plan_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.targets import as_target
 from tvm_fusion.tune import fallback
-from tvm_fusion.tune.schedulable import kernel_module
+from tvm_fusion.kernels.schedulable import kernel_module
 from tvm_fusion.tune.space import space_for_target, space_generator
 
 from onnx_cases import conv_se_chain

@@ -20,8 +20,8 @@ from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.offline import bundle as offline
 from tvm_fusion.offline import runner as offline_runner
-from tvm_fusion.tune.logs import open_database
-from tvm_fusion.tune.manifest import read_manifest
+from tvm_fusion.logs.dirs import open_database
+from tvm_fusion.logs.manifest import read_manifest
 from tvm_fusion.offline.runner import Results
 
 RUNNER = Path(offline_runner.__file__)

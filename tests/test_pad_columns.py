@@ -15,7 +15,7 @@ from tvm_fusion import compile_model, import_model
 from tvm_fusion.graph import build_graph, legalize
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.targets import load_target
-from tvm_fusion.tune.fast_import import build_kernel
+from tvm_fusion.compat.fast_import import build_kernel
 from tvm_fusion.tune.space import load_search_space, space_generator
 
 

@@ -68,7 +68,7 @@ def test_a_model_tuned_with_an_input_fixed_is_reimported_with_it(tmp_path):
     import tvm_fusion as tf
     from tvm_fusion.costmodel import group_data
     from tvm_fusion.plan import plan_model
-    from tvm_fusion.tune.manifest import ModelEntry
+    from tvm_fusion.logs.manifest import ModelEntry
 
     graph = helper.make_graph(  # y = x * exp(s): with s fixed, exp(s) folds at import
         [helper.make_node("Exp", ["s"], ["e"]), helper.make_node("Mul", ["x", "e"], ["y"])],

@@ -24,10 +24,10 @@ from tvm_fusion.embedded import build_embedded_model
 from tvm_fusion.errors import LogError
 from tvm_fusion.reference import max_rel_error, random_inputs, run_onnxruntime
 from tvm_fusion.plan import plan_model
-from tvm_fusion.tune.logs import open_database
-from tvm_fusion.tune.manifest import read_manifest
-from tvm_fusion.tune.prepack import has_layout_rewrite, resolve_prepack
-from tvm_fusion.tune.schedulable import kernel_module
+from tvm_fusion.logs.dirs import open_database
+from tvm_fusion.logs.manifest import read_manifest
+from tvm_fusion.kernels.prepack import has_layout_rewrite, resolve_prepack
+from tvm_fusion.kernels.schedulable import kernel_module
 from tvm_fusion.tune.verify import KernelVerifier, Outcome
 
 from onnx_cases import _vi, T, const, h, make

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
-from tvm_fusion.tune.logs import open_database, target_dir
+from tvm_fusion.logs.dirs import open_database, target_dir
 from tvm_fusion.tune.measure import MeasureError, check_tracker, make_runner, parse_tracker
 
 pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
@@ -138,7 +138,7 @@ def test_each_measurement_has_repeats_and_near_ties_are_timed_again():
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_fusion.tune.fast_import import build_kernel
+    from tvm_fusion.compat.fast_import import build_kernel
     from tvm_fusion.tune.measure import REPEAT, device_type, median_us, remeasure, spread_pct
 
     assert median_us([3e-6, 1e-6, 2e-6]) == pytest.approx(2.0)

@@ -8,8 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fusion as tf
 from tvm_fusion.plan import PlanOptions, plan_from_groups, plan_model
-from tvm_fusion.tune.logs import target_dir
-from tvm_fusion.tune.schedulable import make_schedulable, unschedulable_groups
+from tvm_fusion.logs.dirs import target_dir
+from tvm_fusion.kernels.schedulable import make_schedulable, unschedulable_groups
 
 
 def _matmul_bias_softmax() -> onnx.ModelProto:

@@ -13,8 +13,8 @@ from tvm.s_tir.meta_schedule import _ffi_api as mutator_ffi
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from tvm_fusion.targets import load_target
-from tvm_fusion.tune.cpu_rules import MutateTileChoice, filling_tiles
-from tvm_fusion.tune.fast_import import build_kernel
+from tvm_fusion.schedules.cpu_rules import MutateTileChoice, filling_tiles
+from tvm_fusion.compat.fast_import import build_kernel
 from tvm_fusion.tune.space import (SPACE_DIR, SearchSpaceError, load_search_space,
                                    space_from_dict, space_generator)
 
@@ -205,7 +205,7 @@ def test_tune_uses_the_cpu_file_by_default_and_a_given_file(host, tmp_path):
     assert space.origin.endswith("mine.json")
 
 
-# --- tvm-fusion's CPU rules (tune/cpu_rules.py) ---------------------------------------
+# --- tvm-fusion's CPU rules (schedules/cpu_rules.py) ---------------------------------------
 
 def _mm_bias_relu_residual(m=32, k=64, n=64, layout_free=False):
     a = te.placeholder((m, k), name="a")
@@ -424,7 +424,7 @@ def test_sampled_register_tiles_fill_the_accumulators_and_match_numpy(host):
 def test_register_tile_records_of_old_and_new_sampling_replay_from_logs(host, tmp_path):
     """A record of the new sampling (a categorical decision) and one tuned with the old
     sampling both go through the logs' JSON and rebuild the same kernel, matching numpy."""
-    from tvm_fusion.tune.logdb import LogDatabase
+    from tvm_fusion.logs.logdb import LogDatabase
     mod, ref = _mm_bias_relu_residual()
     arrays = _args(mod)
     ctx, spaces = _spaces_of(mod, host)
@@ -476,7 +476,7 @@ def test_tuning_with_the_rules_measures_them_and_they_match_numpy(host, tmp_path
                                                      init_min_unmeasured=16,
                                                      genetic_num_iters=1)
     # an earlier tune() in this process may leave handlers MetaSchedule's set-up chokes on
-    from tvm_fusion.tune.ms_compat import drop_unnamed_handlers
+    from tvm_fusion.compat.ms_compat import drop_unnamed_handlers
     drop_unnamed_handlers()
     db = ms.tune_tir(mod, host, str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
                      space=space, strategy=strategy, cost_model="random", seed=3,

@@ -29,7 +29,7 @@ import tvm_fusion as tf
 from tvm_fusion.gpu import build_cuda_kernels, find_nvcc
 from tvm_fusion.plan import FusionPlan, apply_plan
 from tvm_fusion.plan.horizontal import components
-from tvm_fusion.tune.schedulable import unschedulable_groups
+from tvm_fusion.kernels.schedulable import unschedulable_groups
 
 from test_planner import _check_against_onnxruntime, _model, _partition
 

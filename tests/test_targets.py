@@ -97,7 +97,7 @@ def test_host_is_detected_llvm_with_system_cpu():
 
 def test_host_takes_the_measured_numbers_of_a_shipped_file_of_its_target(tmp_path, monkeypatch):
     from tvm_fusion import targets
-    from tvm_fusion.tune import manifest as logs
+    from tvm_fusion.logs import manifest as logs
 
     monkeypatch.setattr(targets, "HW_DIR", tmp_path)  # no shipped file: the estimates
     detected = targets.detect_host.__wrapped__()

@@ -13,7 +13,7 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 import tvm_fusion as tf
-from tvm_fusion.tune.logs import open_database
+from tvm_fusion.logs.dirs import open_database
 from tvm_fusion.tune.state import TuneState
 from tvm_fusion.tune.verify import Verdict
 

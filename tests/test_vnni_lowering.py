@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not _vnni(), reason="the VNNI default schedules 
 def _kernels(proto):
     """The imported model's fused kernels as compile plans them, and the host target."""
     from tvm_fusion.plan import plan_model
-    from tvm_fusion.tune.schedulable import kernel_module
+    from tvm_fusion.kernels.schedulable import kernel_module
 
     hw = load_target("host")
     graph, plan = plan_model(import_model(proto).mod, hw)
@@ -51,8 +51,8 @@ def _scheduled(mod) -> dict:
 
 
 def test_a_gemm_whose_epilogue_reshapes_to_heads_lowers_on_vnni_and_matches(tmp_path):
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
-    from tvm_fusion.tune.vnni import lowering_error
+    from tvm_fusion.schedules.default import default_cpu_schedule
+    from tvm_fusion.schedules.vnni import lowering_error
 
     proto = oc.dynamic_matmul_heads()
     mod, target = _kernels(proto)
@@ -78,7 +78,7 @@ def test_a_gemm_whose_epilogue_reshapes_to_heads_lowers_on_vnni_and_matches(tmp_
 
 def _fused_epilogue_at(sch, last, tile, producer):
     """The epilogue placement before the fix: its loops fused, then split by 16."""
-    from tvm_fusion.tune import vnni
+    from tvm_fusion.schedules import vnni
 
     block = sch.get_sblock(last)
     try:
@@ -93,9 +93,9 @@ def _fused_epilogue_at(sch, last, tile, producer):
 
 def test_a_default_schedule_that_does_not_lower_is_dropped_with_a_warning(monkeypatch,
                                                                           tmp_path):
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
-    from tvm_fusion.tune import vnni
-    from tvm_fusion.tune.vnni import lowering_error
+    from tvm_fusion.schedules.default import default_cpu_schedule
+    from tvm_fusion.schedules import vnni
+    from tvm_fusion.schedules.vnni import lowering_error
 
     proto = oc.dynamic_matmul_heads()
     mod, target = _kernels(proto)
@@ -147,8 +147,8 @@ def test_an_epilogue_at_the_tile_writes_each_output_once(case):
     tiles 968 of the 1024 outputs, reading accumulators other threads had not written
     (on 2 threads 255 steps off ONNX Runtime; on 1, right). Such an epilogue is its own
     loop nest after the tile; each output is written once."""
-    from tvm_fusion.gpu.schedule import default_cpu_schedule
-    from tvm_fusion.tune.vnni import region_buffer
+    from tvm_fusion.schedules.default import default_cpu_schedule
+    from tvm_fusion.schedules.vnni import region_buffer
 
     mod, target = _kernels(getattr(oc, case)())
     scheduled = _scheduled(default_cpu_schedule(mod, target))

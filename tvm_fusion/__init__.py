@@ -23,9 +23,9 @@ environment variable, no TVM lowering rule, no ``inspect`` function
   ``jit``, ``load_module`` and the command line before they build or run a kernel; it
   keeps what the user set and stays set for the process.
 - float32 ``exp`` as a vectorizable polynomial: installed for the length of each build
-  (:func:`tvm_fusion.tune.fast_math.vectorizable_exp`), TVM's own rule otherwise.
+  (:func:`tvm_fusion.compat.fast_math.vectorizable_exp`), TVM's own rule otherwise.
 - TVMScript's stack inspection made light while TVM's tensor intrinsics are parsed
-  (:func:`tvm_fusion.tune.fast_import.light_parser_stack`), for that import only.
+  (:func:`tvm_fusion.compat.fast_import.light_parser_stack`), for that import only.
 """
 
 from __future__ import annotations

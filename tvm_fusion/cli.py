@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from . import compile_model, config, load_module, logtools, tune
+from . import compile_model, config, load_module, tune
 from .costmodel import cli as cost_model_cli
 from .data import shipped_logs_dir
 from .demo import run_demo
@@ -29,6 +29,7 @@ from .frontend.consts import apply_consts, parse_const
 from .frontend.external import load_external_data
 from .gpu.precision import apply_precision
 from .gpu.resources import plan_resources
+from .logs import tools as logtools
 from .model_spec import load_model_spec
 from .offline import cli as offline_cli
 from .plan import COMBINE_MODES, LAYOUTS, PLANNERS, RESOURCE_MODES, PlanOptions, make_plan, \
@@ -172,7 +173,7 @@ def cmd_targets(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .tune.calibrate import calibrate_host, check_inputs, fit_efficiency, write_target
+    from .calibrate import calibrate_host, check_inputs, fit_efficiency, write_target
 
     base = load_target(args.target)
     check_inputs(base, args.name)

@@ -36,7 +36,7 @@ INT_FIELDS = ("compute_units", "l1_bytes_per_unit", "shared_memory_bytes_per_uni
               "registers_per_unit", "max_threads_per_unit", "warp_size",
               "max_threads_per_block", "vector_width_bits")
 FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth_gbs", "launch_overhead_us")
-# Measured by `tvm-fusion calibrate` (tune/calibrate.py); optional, so that descriptions
+# Measured by `tvm-fusion calibrate` (calibrate.py); optional, so that descriptions
 # without them keep their hardware hash. call_overhead_us: one serial kernel call through
 # the Relax VM (the cost model's CPU_CALL_US where absent); cache_bandwidth_gbs: copy
 # bandwidth of a buffer that stays in the cores' L2.
@@ -63,7 +63,7 @@ ALLOWED_KEYS = (*EXPECTED_KEYS, *OPTIONAL_FLOAT_FIELDS, *OPTIONAL_MAPPING_FIELDS
 # Hardware hashes a shipped description had before its values were re-measured. Tuning
 # logs keyed by one of them were measured on the same machine with the same TVM target
 # (tvm_config is unchanged: a new tvm_config is a new target), so they still apply; any
-# other hash is refused (tune/logs.py says what to do).
+# other hash is refused (logs/dirs.py says what to do).
 PREVIOUS_HASHES: dict[str, tuple[str, ...]] = {
     # before int8_vector (VNNI) joined peak_flops, 2026-12-01: tuning_logs/x86_zen4
     # and before its launch and call overheads took their measured values (10 -> 6.2 us)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import CostModelError
 from ..targets import load_target
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 from .dataset import load_dataset
 
 # .model (xgboost) is imported in the commands that use it: the rest of the CLI,
@@ -177,7 +177,7 @@ def add_parser(sub) -> None:
 
 def cmd_train_group_model(args) -> int:
     """``tvm-fusion train-group-model --logs DIR... -o FILE``."""
-    from ..logtools import target_dirs
+    from ..logs.tools import target_dirs
     from .group_data import kernel_records
     from .group_model import ROUNDS, train_group_model
 

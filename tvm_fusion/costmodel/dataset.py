@@ -21,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import CostModelError
 from ..targets import HardwareTarget
-from ..tune.logdb import RECORD_FILE, WORKLOAD_FILE, is_measured, read_rows
+from ..logs.logdb import RECORD_FILE, WORKLOAD_FILE, is_measured, read_rows
 from .features import FEATURE_VERSION, FeatureBuilder, feature_names
 
 

@@ -28,7 +28,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..family import strategy
 from ..targets import HardwareTarget
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 
 FEATURE_VERSION = 1
 STORE_DIM = 164  # MetaSchedule's per-store-feature with its default arguments

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from ..errors import TvmFusionError
 from ..family import strategy
-from ..logtools import _load
+from ..logs.tools import _load
 from ..plan import AnalyticalCostModel
 from ..plan.cost import CPU_CALL_US
 from ..targets import load_target
-from ..tune.logdb import is_measured
-from ..tune.manifest import Manifest, ModelEntry
+from ..logs.logdb import is_measured
+from ..logs.manifest import Manifest, ModelEntry
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from ..targets import HardwareTarget
-from ..tune.logdb import is_measured
+from ..logs.logdb import is_measured
 from .features import FeatureBuilder
 from .dataset import Dataset
 from .model import RankModel, boost, candidate_scores, load_model

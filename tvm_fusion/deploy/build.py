@@ -33,19 +33,19 @@ from ..gpu.limits import raise_on_violations
 from ..gpu.rocm import require_rocm_build
 from .. import config
 from ..costmodel import make_cost_model
-from ..gpu.schedule import default_cpu_schedule, default_schedule
-from ..gpu.tir_check import check_scheduled
+from ..schedules.default import default_cpu_schedule, default_schedule
+from ..schedules.tir_check import check_scheduled
 from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..targets import HardwareTarget, as_target
 from ..tune.driver import default_cost_model
 from ..tune.fallback import (DEFAULT_SEARCH_CANDIDATES, MEASURED, PREDICTED, RULE,
                              UNSCHEDULED, NoRecordPick, schedule_without_records)
-from ..tune.fast_math import vectorizable_exp
-from ..tune.logdb import WORKLOAD_FILE
-from ..tune.logs import content_hash, open_database
-from ..tune.manifest import target_key
-from ..tune.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
+from ..compat.fast_math import vectorizable_exp
+from ..logs.logdb import WORKLOAD_FILE
+from ..logs.dirs import content_hash, open_database
+from ..logs.manifest import target_key
+from ..kernels.prepack import constant_shapes, fold_prepacked, has_layout_rewrite
 from ..tune.space import space_for_target, space_generator
 
 MODULE_SCHEMA = "tvm-fusion/module"

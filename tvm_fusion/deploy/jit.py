@@ -30,8 +30,8 @@ from ..frontend.onnx_import import model_hash
 from ..frontend.shapes import graph_inputs
 from ..plan import PlanOptions
 from ..targets import HardwareTarget, as_target
-from ..tune.logs import content_hash, target_dir
-from ..tune.manifest import target_key, versions
+from ..logs.dirs import content_hash, target_dir
+from ..logs.manifest import target_key, versions
 from .build import MODULE_VERSION, compile_model, sidecar_path
 from .module import Module, load_module
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..logtools import format_show, show
+from ..logs.tools import format_show, show
 from .plan_view import _esc, _table
 
 
@@ -18,7 +18,7 @@ class LogView:
     path : Path
         The log directory.
     targets : tuple of dict
-        One entry per target directory (:func:`tvm_fusion.logtools.show`'s output).
+        One entry per target directory (:func:`tvm_fusion.logs.tools.show`'s output).
     """
 
     path: Path

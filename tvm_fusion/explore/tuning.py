@@ -25,10 +25,10 @@ from .. import config
 from ..kernels import KernelOptions, prepare_kernels
 from ..targets import as_target
 from ..tune.builder import PooledBuilder
-from ..tune.fast_import import import_tensor_intrinsics
-from ..tune.fast_math import vectorizable_exp
-from ..tune.logdb import is_measured, read_run_times
-from ..tune.ms_compat import drop_unnamed_handlers, plain_task_tables
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.fast_math import vectorizable_exp
+from ..logs.logdb import is_measured, read_run_times
+from ..compat.ms_compat import drop_unnamed_handlers, plain_task_tables
 
 # matplotlib (about 1 s to import) is imported by the functions that draw, so that
 # importing tvm_fusion.explore for its tables does not load it.
@@ -238,7 +238,7 @@ def tune_metaschedule(model, target, *, trials: int, work_dir, builder_timeout: 
     ``tvm.s_tir.tensor_intrin`` in every worker of every batch (25 s on a quiet 2-core
     machine, longer than its 30 s timeout under load, so every build fails); ours
     compiles the same scheduled module with the same ``tvm.tirx.build``, skips that
-    import (see ``tvm_fusion.tune.fast_import``) and keeps its workers between batches
+    import (see ``tvm_fusion.compat.fast_import``) and keeps its workers between batches
     (``tvm_fusion.tune.builder``). The schedules measured are the same.
 
     ``population`` is the evolutionary search's population size (default

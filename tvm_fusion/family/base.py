@@ -47,7 +47,7 @@ class Family:
     needs here, and the machine ``calibrate`` measures are the host's."""
     checks_kernel_limits: bool
     """A kernel is checked against the target's threads, registers and shared memory
-    before it is built, measured, imported or deployed (``gpu.tir_check``)."""
+    before it is built, measured, imported or deployed (``schedules.tir_check``)."""
 
     # -- the analytical cost model (plan/)
     fork_join: bool
@@ -111,7 +111,7 @@ class Family:
     wmma_intrinsics: bool
     """dlight's Matmul rule may tensorize (WMMA): its tensor intrinsics must be registered."""
     dp4a_int8: bool
-    """Prepacked int8 GEMMs get the DP4A schedule (``gpu.int8``)."""
+    """Prepacked int8 GEMMs get the DP4A schedule (``schedules.dp4a``)."""
     host_calls: bool
     """The Relax VM may call host functions between kernels (NonZero, Unique); else a
     model that needs them cannot be compiled for it."""

@@ -20,7 +20,7 @@ from .cuda import (CudaKernel, GpuToolchainError, KernelResources, cuda_source, 
                    nvcc_compile, parse_ptxas_report, sass)
 from .limits import GpuLimits, ResourceLimitError, check_kernel, raise_on_violations
 from .pipeline import build_cuda_kernels, schedule_and_check
-from .schedule import default_gpu_schedule, default_schedule
+from ..schedules.default import default_gpu_schedule, default_schedule
 
 __all__ = ["CudaKernel", "GpuLimits", "GpuToolchainError", "KernelResources",
            "ResourceLimitError", "build_cuda_kernels", "check_kernel", "check_schedule",

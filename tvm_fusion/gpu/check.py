@@ -20,7 +20,7 @@ from ..family import CODE_OBJECT, strategy
 from .amdgpu import amdgpu_compile, amdgpu_violations, find_toolchain
 from .cuda import cuda_source, nvcc_compile
 from .limits import GpuLimits, check_kernel
-from .tir_check import check_launch, device_kernels
+from ..schedules.tir_check import check_launch, device_kernels
 
 
 def check_schedule(func, hw, *, name: str = "candidate",

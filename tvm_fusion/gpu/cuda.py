@@ -52,7 +52,7 @@ class KernelResources:
     dynamic_shared_bytes : int
         Shared memory sized at launch (``extern __shared__``; TVM's tensor-core
         schedules stage through it). ptxas cannot see it: it comes from the lowered
-        TIR (:func:`tvm_fusion.gpu.tir_check.device_kernels`).
+        TIR (:func:`tvm_fusion.schedules.tir_check.device_kernels`).
     """
 
     entry: str

@@ -106,7 +106,7 @@ def raise_on_violations(found) -> None:
     ----------
     found : mapping or iterable of CudaKernel
         Kernel name -> violation messages (what
-        :func:`~tvm_fusion.gpu.tir_check.check_scheduled` returns), or the kernels of
+        :func:`~tvm_fusion.schedules.tir_check.check_scheduled` returns), or the kernels of
         :func:`~tvm_fusion.gpu.build_cuda_kernels` (each with its ``violations``).
     """
     pairs = found.items() if isinstance(found, Mapping) else ((k.name, k.violations)

@@ -28,8 +28,8 @@ from ..plan import apply_plan, make_plan
 from ..targets import as_target
 from .cuda import CudaKernel, GpuToolchainError, cuda_source, nvcc_compile
 from .limits import GpuLimits, check_kernel
-from .schedule import default_gpu_schedule, schedule_kernels
-from .tir_check import check_launch, check_scheduled, device_kernels
+from ..schedules.default import default_gpu_schedule, schedule_kernels
+from ..schedules.tir_check import check_launch, check_scheduled, device_kernels
 
 
 def build_cuda_kernels(model, target="a100", *, plan=None, database=None,

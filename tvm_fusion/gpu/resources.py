@@ -35,8 +35,8 @@ from ..plan.gpu_terms import waves_per_simd
 from ..targets import as_target
 from .amdgpu import amdgpu_compile, find_toolchain, toolchain
 from .cuda import GpuToolchainError, cuda_source, find_nvcc, nvcc_compile
-from .schedule import default_gpu_schedule
-from .tir_check import device_kernels
+from ..schedules.default import default_gpu_schedule
+from ..schedules.tir_check import device_kernels
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -81,5 +81,5 @@ def require_rocm_build(hw) -> None:
           "installation; the pip TVM's AMDGPU code generator then builds the code objects "
           "(running them takes a TVM built with USE_ROCM=ON on an AMD GPU). Meanwhile "
           f"`tvm-fusion plan MODEL --target {hw.name}` plans the model and "
-          "tvm_fusion.gpu.tir_check checks its scheduled kernels (threads, LDS, vector "
+          "tvm_fusion.schedules.tir_check checks its scheduled kernels (threads, LDS, vector "
           "widths).")

@@ -15,7 +15,7 @@ import logging
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 
 
 def _context(func, hw, seed):

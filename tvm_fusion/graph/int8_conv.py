@@ -8,7 +8,7 @@ constant weight, 16-channel blocks) becomes a ``call_tir`` of the compute of
 ``topi.nn.conv2d_NCHWc_int8`` (TVM's x86 int8 conv), with the weight repacked
 once, at plan time, to its ``(O/16, I/16, KH, KW, 4, 16, 4)`` layout: 4 consecutive
 input channels of one output channel are adjacent, the 16 x 4 tile the VNNI intrinsic
-tensorizes (``tune/vnni.schedule_conv_vnni`` without a record; MetaSchedule's
+tensorizes (``schedules/vnni.schedule_conv_vnni`` without a record; MetaSchedule's
 ``MultiLevelTilingWithIntrin`` when tuned). The packing is done before legalization
 because the int8 weights are parameters there (``frontend/int_weights.py``), out of
 reach of constant folding.

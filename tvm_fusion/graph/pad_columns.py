@@ -4,7 +4,7 @@ MLAS packs every constant GEMM operand into 16-column panels, the last one zero-
 (``MlasGemmPackB``), so its register tile never has a ragged edge. TVM's legalization
 keeps the model's column count, and a classifier head such as PP-OCR rec's CTC projection
 (120 -> 6625 = 5^3 x 53 classes) then has no vector-multiple tile: tvm-fusion's register
-tile (tune/cpu_rules.py) requires the columns to divide into vectors and the SSRSRS
+tile (schedules/cpu_rules.py) requires the columns to divide into vectors and the SSRSRS
 spaces split 6625 into factors of 5 and 53, so the kernel ran at 1051 us against ONNX
 Runtime's 370 (benchmarks/RESULTS.md, run 8's kernel table).
 

@@ -23,10 +23,10 @@ from ..gpu.resources import plan_resources
 from ..graph import OpGraph
 from ..plan import FusionPlan, PlanOptions, graph_for_plan, plan_model
 from ..targets import HardwareTarget, as_target
-from ..tune.logs import target_dir
-from ..tune.manifest import Manifest, ModelEntry, load_manifest, read_manifest
-from ..tune.prepack import resolve_prepack
-from ..tune.schedulable import kernel_module, make_schedulable
+from ..logs.dirs import target_dir
+from ..logs.manifest import Manifest, ModelEntry, load_manifest, read_manifest
+from .prepack import resolve_prepack
+from .schedulable import kernel_module, make_schedulable
 
 BEFORE_SIMPLIFY = ("off", "warn", "quiet")
 PREPACK_OF = ("entry", "plan")
@@ -44,7 +44,7 @@ class KernelOptions:
         How a fresh plan (no ``plan``, none stored) partitions and lays out the model
         (planner, layout, combine, resources, group_model), and the weight prepacking
         asked for (``prepack``; None: the records' setting, else the target's default:
-        :func:`tvm_fusion.tune.prepack.resolve_prepack`). A stored or given plan keeps
+        :func:`tvm_fusion.kernels.prepack.resolve_prepack`). A stored or given plan keeps
         its own partition and layout.
     prepack_of : str
         Which entry's setting ``prepack`` must agree with: ``entry``, the model's (a
@@ -65,7 +65,7 @@ class KernelOptions:
         silently.
     schedulable : bool
         Split the groups MetaSchedule cannot schedule and extract the tasks now
-        (:func:`~tvm_fusion.tune.schedulable.make_schedulable`): what a search needs.
+        (:func:`~tvm_fusion.kernels.schedulable.make_schedulable`): what a search needs.
     """
 
     plan: FusionPlan | None = None

@@ -14,7 +14,7 @@ Checks, end to end: a model is compared with ONNX Runtime (outputs computed here
 kernel's default schedule with the unscheduled kernel run on this machine's CPU (seed
 0); every candidate with the default on three seeds, on the device. A candidate that
 fails any check never becomes a record, nor does one within noise of the default or one
-that breaks the target's limits (``gpu.tir_check``, which ``compile`` enforces).
+that breaks the target's limits (``schedules.tir_check``, which ``compile`` enforces).
 """
 
 from __future__ import annotations
@@ -38,18 +38,18 @@ from tvm.s_tir import meta_schedule as ms
 from ..deploy.build import compile_model
 from ..family import family_of, strategy
 from ..gpu.sample import sample_schedules
-from ..gpu.schedule import default_schedule
-from ..gpu.tir_check import check_scheduled
+from ..schedules.default import default_schedule
+from ..schedules.tir_check import check_scheduled
 from ..kernels import KernelOptions, prepare_kernels
 from ..plan import FusionPlan, PlanOptions
 from ..reference import random_inputs, run_onnxruntime
 from ..targets import as_target, load_target
-from ..tune.fast_math import vectorizable_exp
-from ..tune.logdb import dumps, record_json
-from ..tune.logs import open_database, target_dir
-from ..tune.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
+from ..compat.fast_math import vectorizable_exp
+from ..logs.logdb import dumps, record_json
+from ..logs.dirs import open_database, target_dir
+from ..logs.manifest import KernelUse, ModelEntry, read_manifest, write_manifest
 from ..tune.measure import NEAR_TIE, MeasureError
-from ..tune.prepack import resolve_prepack
+from ..kernels.prepack import resolve_prepack
 from ..tune.verify import _buffers, quantizes, run_kernel
 
 BUNDLE_SCHEMA = "tvm-fusion/offline-bundle"
@@ -582,7 +582,7 @@ def _import_measurements(bundle_dir: Path, name: str, logs, results, keep: int
 
 
 def _violations(rec, wl, hw) -> list[str]:
-    """The target's limits a record's schedule breaks (GPU targets; see gpu.tir_check)."""
+    """The target's limits a record's schedule breaks (GPU targets; see schedules.tir_check)."""
     if not strategy(hw).checks_kernel_limits:
         return []
 

@@ -671,7 +671,7 @@ class AnalyticalCostModel:
             serial = max(compute_us * units, memory_us if in_l2 else memory_us * units)
             if serial + self.call_us() < max(compute_us, memory_us) / frac + launch_us:
                 # a kernel of a few microseconds runs faster on one core than it forks
-                # and joins the pool (the rules' serial variant, tune/cpu_rules.py)
+                # and joins the pool (the rules' serial variant, schedules/cpu_rules.py)
                 frac = max(compute_us, memory_us) / serial if serial > 0 else 1.0
                 launch_us = self.call_us()
         else:

@@ -27,7 +27,7 @@ WMMA_BLOCK = (16, 32)            # dlight's WMMA path: 16 warps (threadIdx.y) x 
 WMMA_TILE = (128, 128, 64)       # block tile M, N, K: 2 x 4 wmma 16x16x16 per dim, 4 k steps
 WMMA_PAD = 8                     # storage_align offset of each staged row (fp16 elements)
 WMMA_STAGES = 2                  # its software pipeline double-buffers A and B
-# gpu/mfma.py on CDNA: 4 waves x 64 lanes, block tile 64 x 64 x 32, A and B staged in LDS
+# schedules/mfma.py on CDNA: 4 waves x 64 lanes, block tile 64 x 64 x 32, A and B staged in LDS
 # and the fp32 accumulators returned through it (8 + 16 KiB); same extent threshold
 MFMA_THREADS = 256
 MFMA_SHARED = (64 + 64) * 32 * 2 + 64 * 64 * 4
@@ -57,7 +57,7 @@ class GpuResources:
     ----------
     schedule : str
         ``gemm`` (dlight Matmul, SIMT), ``gemm-mfma`` (CDNA matrix cores:
-        :class:`tvm_fusion.gpu.mfma.RocmMfmaMatmul`), ``gemm-tensorcore`` (dlight's
+        :class:`tvm_fusion.schedules.mfma.RocmMfmaMatmul`), ``gemm-tensorcore`` (dlight's
         WMMA path: fp16 operands, every extent > 64, sm_70+), ``reduction`` (GEMV / Reduction /
         GeneralReduction: one block per row), ``elementwise`` (Fallback) or ``split``:
         dlight has no rule for the fused group (a contraction with a reduction epilogue,

@@ -61,7 +61,7 @@ CDNA_MAX_GROUPS = 16        # workgroups of 2+ waves per CU: 16 barriers (getMax
 DRAM_LATENCY_NS = 500.0
 SIMT_TILE = (32, 64)       # rows I x columns J of C per block: dlight Matmul on cuda/rocm
 WMMA_BLOCK_TILE = (128, 128)
-MFMA_BLOCK_TILE = (64, 64)  # gpu/mfma.py: four waves of 2 x 2 MFMA 16x16 fragments
+MFMA_BLOCK_TILE = (64, 64)  # schedules/mfma.py: four waves of 2 x 2 MFMA 16x16 fragments
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,7 +61,7 @@ from ..graph import OpGraph, OpNode
 
 _ELEMENTWISE_KINDS = ("elemwise", "broadcast", "injective")
 _REDUCE_ITER = 2  # tir IterVar.CommReduce
-# vector FLOPs per element of a math call as TVM lowers it on a CPU (tune/fast_math.py:
+# vector FLOPs per element of a math call as TVM lowers it on a CPU (compat/fast_math.py:
 # exp and erf as polynomials; tanh and sigmoid around an exp; log and pow as scalar
 # libm calls, ~10 per lane of a 16-lane vector)
 CALL_FLOPS = {"exp": 16, "exp2": 16, "erf": 24, "tanh": 20, "sigmoid": 20, "log": 160,

@@ -81,7 +81,7 @@ class PlanOptions:
         Let CPU kernels read their constant weights in a layout of their own
         (MetaSchedule's ``RewriteLayout``), packed once at build. None (default): the
         setting the model's records were tuned with, else on for CPU targets and off for
-        GPUs (:func:`tvm_fusion.tune.prepack.resolve_prepack`). The other setting than
+        GPUs (:func:`tvm_fusion.kernels.prepack.resolve_prepack`). The other setting than
         the records' raises :class:`~tvm_fusion.errors.LogError`; ``False`` is for A/B
         measurement.
 

@@ -1,7 +1,7 @@
 """1-D and tiny pointwise convolutions in NHWC: a GEMM with the channels in vector lanes.
 
 An NCHW (or NCW) convolution is a loop over output rows with the output's last axis in
-vector lanes; that is how tvm-fusion's register tile (``tune/cpu_rules.py``) blocks it,
+vector lanes; that is how tvm-fusion's register tile (``schedules/cpu_rules.py``) blocks it,
 and it needs that axis to be a multiple of the vector. A 1-D conv written as a 2-D one
 (tf2onnx's ``Conv1D``: W = 1 and a k x 1 kernel) has a last axis of 1, and a line whose
 length is no multiple of 16 (Magika's 508 positions) has no vector-multiple tile either:

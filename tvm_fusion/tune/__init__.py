@@ -1,8 +1,17 @@
-"""Tune stage: search schedules for every fused kernel and keep verified records.
+"""Tune stage: the search. Schedules for every fused kernel, kept as verified records.
 
-Names are imported on first use: tune/ also holds the tuning-log database
-(``logdb``, ``logs``) and TVM work-arounds (``fast_import``, ``ms_compat``) that stages
-below tune import, and loading this package must not pull the driver in above them.
+:func:`tune` (``driver``) searches each kernel of :func:`tvm_fusion.kernels.prepare_kernels`
+in its family's search space (``space``), trials spread by predicted latency share
+(``budget``, ``scheduler``); candidates are built (``builder``) and timed (``measure``,
+``busy``), checked against the unscheduled kernel (``verify``) and committed to the
+tuning logs (``state``); ``predicted`` adds the cost model's picks for kernels the
+budget did not reach, ``fallback`` chooses schedules at build time for kernels without a
+record. What the search builds on lives in the stages below it: TVM work-arounds in
+:mod:`tvm_fusion.compat`, schedule rules in :mod:`tvm_fusion.schedules`, the log store in
+:mod:`tvm_fusion.logs`, the kernels to search in :mod:`tvm_fusion.kernels`.
+
+Names are imported on first use, so that importing one module of tune/ does not import
+the driver with it.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ and one more when it is made (to check that the workers find its build function)
 worker imports TVM first: 1-2 s of CPU here, twice per batch on two cores. A tuning run
 that spreads a small budget over many kernels builds many small batches, so that
 start-up cost more than the builds. :class:`PooledBuilder` builds the same way (TVM's
-own worker function, our :func:`~.fast_import.build_kernel`, the same per-build timeout)
-in workers that stay up between batches and ``tune()`` calls. TVM restarts its pool
-against a slow leak in long-lived workers; here each worker is replaced after
+own worker function, our :func:`~tvm_fusion.compat.fast_import.build_kernel`, the same
+per-build timeout) in workers that stay up between batches and ``tune()`` calls. TVM
+restarts its pool against a slow leak in long-lived workers; here each worker is replaced after
 ``MAX_USES`` builds, and one that timed out or died (a build that crashed it, a Ctrl-C
 that reached the whole process group) is replaced before its next build.
 """
@@ -24,7 +24,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func
 from tvm.s_tir.meta_schedule.utils import cpu_count
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-from .fast_import import build_kernel
+from ..compat.fast_import import build_kernel
 
 MAX_USES = 64  # builds per worker before it is replaced (TVM's leak guard, amortised)
 

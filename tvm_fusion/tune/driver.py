@@ -39,16 +39,16 @@ from ..targets import HardwareTarget, as_target, load_target
 from .budget import FLOOR_TRIALS, latency_shares, split_budget
 from .builder import PooledBuilder
 from .fallback import rule_default
-from .fast_import import import_tensor_intrinsics
-from .logs import (check_writable, kernel_table, open_database, orphaned_records, target_dir,
-                   write_fault)
-from .manifest import Manifest, ModelEntry, saved_trials, target_key, write_manifest
+from ..compat.fast_import import import_tensor_intrinsics
+from ..logs.dirs import (check_writable, kernel_table, open_database, orphaned_records,
+                         target_dir, write_fault)
+from ..logs.manifest import Manifest, ModelEntry, saved_trials, target_key, write_manifest
 from .measure import (RUN_TIMEOUT_S, MeasureError, RemoteDevice, check_local_device,
                       make_runner)
-from .ms_compat import drop_unnamed_handlers, plain_task_tables
+from ..compat.ms_compat import drop_unnamed_handlers, plain_task_tables
 from .options import SearchOptions
 from .predicted import schedule_unmeasured
-from .prepack import prepack_default
+from ..kernels.prepack import prepack_default
 from .progress import Progress
 from .scheduler import BudgetedRoundRobin
 from .space import SearchSpace, load_search_space, space_for_target, space_generator

@@ -40,8 +40,8 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from .fast_import import import_tensor_intrinsics
-from .fast_math import vectorizable_exp
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.fast_math import vectorizable_exp
 from .predicted import rank_candidates
 from .verify import _buffers
 
@@ -66,7 +66,7 @@ CHECK_SEEDS = (0, 1)
 # ResNet-50's on a loaded one)
 DEFAULT_SEARCH_CANDIDATES = 512
 SEARCH_POPULATION = 32   # per kernel: ~1 s of search on a Zen 4 core for a fused conv
-TILE_RULES = ("register_tile", "depthwise")  # tune/cpu_rules.py's marks of a tiled block
+TILE_RULES = ("register_tile", "depthwise")  # schedules/cpu_rules.py's marks of a tiled block
 RULE_SAMPLES = 2         # draws of the rules' decisions the cost model ranks, no search
 
 
@@ -154,7 +154,7 @@ def _may_hang_llvm(func: tvm.tirx.PrimFunc) -> bool:
 def _rule_default(wl, target, space_generator, cost_model, seed: int):
     """The rules' design spaces with their sampled decisions (tile sizes, unroll): with a
     cost model, its best of ``RULE_SAMPLES`` draws of each; without one, one draw of
-    the first space of our own rules (``tune/cpu_rules.py``: register tile, depthwise,
+    the first space of our own rules (``schedules/cpu_rules.py``: register tile, depthwise,
     plain) where one applies, else of the first stock one. The schedule (its trace
     replays it), or None."""
     spaces = _design_spaces(wl, target, space_generator, seed)

@@ -32,8 +32,8 @@ from ..errors import TvmFusionError
 from ..family import CODE_OBJECT, PTXAS, strategy
 from ..gpu.amdgpu import find_toolchain
 from ..gpu.check import check_schedule
-from .fast_import import import_tensor_intrinsics
-from .logdb import PREDICTED_RUN_S
+from ..compat.fast_import import import_tensor_intrinsics
+from ..logs.logdb import PREDICTED_RUN_S
 from .state import TuneState
 from .verify import Outcome, Verdict
 

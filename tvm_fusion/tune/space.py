@@ -26,10 +26,10 @@ from tvm.target.codegen import target_has_features
 from ..data import search_spaces_dir
 from ..errors import TargetError, TvmFusionError
 from ..family import FAMILIES, family_of, strategy
-from .cpu_rules import (MutateTileChoice, PlainConfig, PlainRule, RegisterTileConfig,
-                        RegisterTileRule, vector_shape)
-from .fast_import import import_tensor_intrinsics
-from .ms_compat import schedule_pools_like_reductions
+from ..schedules.cpu_rules import (MutateTileChoice, PlainConfig, PlainRule,
+                                   RegisterTileConfig, RegisterTileRule, vector_shape)
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.ms_compat import schedule_pools_like_reductions
 
 SPACE_DIR = search_spaces_dir()
 SCHEMA = "tvm-fusion/search-space"
@@ -150,7 +150,7 @@ _TOP = ("schema", "version", "family", "description", "rules", "tiling", "tensor
         "inline", "rfactor", "cross_thread_reduction", "parallel_vectorize_unroll",
         "random_compute_location", "thread_binding", "register_tile", "depthwise", "plain",
         "postprocs", "mutators", "notes")
-# tvm-fusion's own CPU rules (tune/cpu_rules.py): a file without them reads as null
+# tvm-fusion's own CPU rules (schedules/cpu_rules.py): a file without them reads as null
 _OPTIONAL = ("register_tile", "depthwise", "plain")
 _CPU_ONLY = ("register_tile", "depthwise", "plain")
 # rule name -> the section that configures it (None: takes no numbers)
@@ -417,8 +417,8 @@ def _tiling_rules(space: SearchSpace, target) -> list:
         for entry in space.tensorize:
             if target_has_features(list(entry.requires), target):
                 import_tensor_intrinsics()
-                if entry.intrin == "tvmf_dot_16x4_vnni":  # ours: tune/vnni.py
-                    from .vnni import register_vnni_intrin
+                if entry.intrin == "tvmf_dot_16x4_vnni":  # ours: schedules/vnni.py
+                    from ..schedules.vnni import register_vnni_intrin
                     register_vnni_intrin()
                 rules.append(ms.schedule_rule.MultiLevelTilingWithIntrin(
                     intrin_name=entry.intrin, **common))
@@ -534,7 +534,7 @@ def space_generator(space: SearchSpace, target):
     postprocs = [makers[p]() for p in space.postprocs]
     if any(isinstance(r, sr.MultiLevelTilingWithIntrin) for r in rules) \
             and "rewrite_parallel_vectorize_unroll" in space.postprocs:
-        from .vnni import SerialAroundTensorize  # only with an intrinsic
+        from ..schedules.vnni import SerialAroundTensorize  # only with an intrinsic
         postprocs.insert(list(space.postprocs).index("rewrite_parallel_vectorize_unroll"),
                          SerialAroundTensorize())
     mutator_makers = {

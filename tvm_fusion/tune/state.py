@@ -9,10 +9,10 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..gpu.schedule import default_schedule
+from ..schedules.default import default_schedule
 from .budget import stalled
-from .logs import append_jsonl
-from .manifest import add_trials
+from ..logs.dirs import append_jsonl
+from ..logs.manifest import add_trials
 from .measure import NEAR_TIE, TIMEOUT_MARK, device_type, median_us, remeasure, valid_secs
 from .verify import KernelVerifier, Outcome, Verdict
 

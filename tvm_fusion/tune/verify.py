@@ -29,9 +29,9 @@ import numpy as np
 import tvm
 
 from ..family import family_of
-from ..gpu.schedule import default_schedule
+from ..schedules.default import default_schedule
 from ..reference import max_rel_error
-from .fast_math import exp_lowerings, vectorizable_exp
+from ..compat.fast_math import exp_lowerings, vectorizable_exp
 from .measure import valid_secs
 
 KERNEL_RTOL = 1e-4
@@ -191,7 +191,7 @@ def reference_run(mod: tvm.IRModule, target: tvm.target.Target, *, remote=None, 
     conv; else ``baseline(mod)``, the rules' default schedule (checked here against
     the reference, and left out where it differs); else the kernel itself. On a GPU
     target the outputs come from the unscheduled kernel on this machine's CPU, and the
-    default is the schedule ``compile`` would use (``gpu.schedule.default_schedule``,
+    default is the schedule ``compile`` would use (``schedules.default.default_schedule``,
     within ``hw``'s limits) on the device.
     """
     cpu = family_of(target).host_cpu

@@ -53,10 +53,10 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from ..config import use_all_cores
-from ..errors import TargetError
-from ..family import strategy
-from ..targets import NAME_RE, target_from_dict
+from .config import use_all_cores
+from .errors import TargetError
+from .family import strategy
+from .targets import NAME_RE, target_from_dict
 
 CHAIN = 32           # kernels per chain in the call-overhead probes
 FMA_ACCS = 16        # vector accumulators per core in the FMA probe (>= latency x pipes)
@@ -271,11 +271,11 @@ def fit_efficiency(doc: dict, dirs: list[Path]) -> dict:
     """``doc`` with ``cpu_efficiency`` fitted to the measured CPU kernels of the tuning
     logs in ``dirs`` (each a target directory or a directory of them), every kernel
     priced on ``doc``'s description."""
-    from ..costmodel.efficiency_fit import efficiency_terms, fit_cpu_efficiency
-    from ..costmodel.group_data import kernel_records
-    from ..logtools import target_dirs
-    from ..costmodel.group_model import MIN_TRIALS_PER_KERNEL
-    from ..plan import AnalyticalCostModel
+    from .costmodel.efficiency_fit import efficiency_terms, fit_cpu_efficiency
+    from .costmodel.group_data import kernel_records
+    from .logs.tools import target_dirs
+    from .costmodel.group_model import MIN_TRIALS_PER_KERNEL
+    from .plan import AnalyticalCostModel
 
     base = {k: v for k, v in doc.items() if k != "cpu_efficiency"}
     hw = target_from_dict(base, origin="calibrated description")

@@ -98,7 +98,7 @@ def orphaned_records(tdir: Path) -> int:
 def open_database(path: Path, *, create: bool) -> LogDatabase | None:
     """The database in ``path`` (read-write with ``create``); None if absent and not ``create``.
 
-    Unreadable lines are skipped with one :class:`~tvm_fusion.tune.logdb.CorruptLogWarning`.
+    Unreadable lines are skipped with one :class:`~tvm_fusion.logs.logdb.CorruptLogWarning`.
     """
     if not create and not (path / WORKLOAD_FILE).exists():
         return None

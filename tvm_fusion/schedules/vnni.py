@@ -29,7 +29,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 # the intrinsic lives with the registry import, which log replay needs without this module
-from .fast_import import VNNI_INTRIN, import_tensor_intrinsics, register_vnni_intrin  # noqa: F401
+from ..compat.fast_import import (VNNI_INTRIN, import_tensor_intrinsics,  # noqa: F401
+                                  register_vnni_intrin)
 
 _ANN = "meta_schedule.auto_tensorize"
 

@@ -17,12 +17,12 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from .errors import LogError, TvmFusionError
-from .targets import load_target
-from .tune.logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
-                         write_database)
-from .tune.manifest import (Manifest, load_manifest, load_manifest_raw, manifest_problems,
-                            target_key, write_manifest)
+from ..errors import LogError, TvmFusionError
+from ..targets import load_target
+from .logdb import (PREDICTED_RUN_S, RECORD_FILE, WORKLOAD_FILE, DirLock, LogDatabase,
+                    write_database)
+from .manifest import (Manifest, load_manifest, load_manifest_raw, manifest_problems,
+                       target_key, write_manifest)
 
 
 def target_dirs(root: str | Path, *, manifest_only: bool = False,

@@ -49,7 +49,7 @@ def schedule_int8_depthwise(func):
     """``func`` (a PrimFunc with a blocked int8 depthwise :data:`BLOCK`) scheduled with
     its 16 channels in vector lanes (the module docstring), or None when it has none.
 
-    The blocks around it as in :func:`tvm_fusion.tune.vnni.schedule_packed_vnni`: a
+    The blocks around it as in :func:`tvm_fusion.schedules.vnni.schedule_packed_vnni`: a
     padding before it its own parallel loop nest, the epilogue inlined into its last
     block, computed at the tile when it writes one element per accumulator."""
     from tvm import s_tir

@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir
 
 from ..family import family_of
-from ..tune.fast_import import import_tensor_intrinsics
+from ..compat.fast_import import import_tensor_intrinsics
 
 BLOCK = "T_matmul_packed"
 _ROWS, _COLS = 8, 32  # threads per block: 8 rows x 32 columns of the output

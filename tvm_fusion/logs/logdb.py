@@ -512,7 +512,7 @@ def _replay(record_json, workload):
     except Exception as e:  # noqa: BLE001 - re-raised unless it is the registry
         if "TensorIntrin" not in str(e) or "not registered" not in str(e):
             raise
-    from .fast_import import import_tensor_intrinsics
+    from ..compat.fast_import import import_tensor_intrinsics
 
     import_tensor_intrinsics()
     return ms.database.TuningRecord.from_json(record_json, workload)

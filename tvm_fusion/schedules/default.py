@@ -16,11 +16,11 @@ from tvm.s_tir import dlight as dl
 from tvm.target.codegen import target_has_features
 
 from ..family import family_of
-from ..tune.fast_import import import_tensor_intrinsics
-from ..tune.int8_dw import has_int8_depthwise, schedule_int8_depthwise
-from ..tune.vnni import (CONV_BLOCK, PACKED_BLOCK, lowering_error, schedule_conv_vnni,
-                         schedule_packed_vnni)
-from .int8 import PackedInt8Dp4a
+from ..compat.fast_import import import_tensor_intrinsics
+from .int8_dw import has_int8_depthwise, schedule_int8_depthwise
+from .vnni import (CONV_BLOCK, PACKED_BLOCK, lowering_error, schedule_conv_vnni,
+                   schedule_packed_vnni)
+from .dp4a import PackedInt8Dp4a
 from .mfma import RocmMfmaMatmul
 from .tir_check import check_func
 
@@ -40,14 +40,14 @@ def default_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, *,
 
 def default_cpu_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """``mod`` with its unscheduled packed int8 GEMMs and blocked int8 convs on VNNI where
-    ``target`` has ``avx512_vnni`` (:func:`tvm_fusion.tune.vnni.schedule_packed_vnni`,
-    :func:`~tvm_fusion.tune.vnni.schedule_conv_vnni`: unscheduled, such a kernel is a
+    ``target`` has ``avx512_vnni`` (:func:`tvm_fusion.schedules.vnni.schedule_packed_vnni`,
+    :func:`~tvm_fusion.schedules.vnni.schedule_conv_vnni`: unscheduled, such a kernel is a
     scalar loop ~250x slower), its blocked int8 depthwise convs with channels in vector
-    lanes (:func:`tvm_fusion.tune.int8_dw.schedule_int8_depthwise`); every other kernel
+    lanes (:func:`tvm_fusion.schedules.int8_dw.schedule_int8_depthwise`); every other kernel
     as it is, which LLVM lowers as written. ``mod`` itself when nothing changed.
 
     A default schedule that does not go through TVM's lowering
-    (:func:`~tvm_fusion.tune.vnni.lowering_error`) is dropped: that kernel stays as it
+    (:func:`~tvm_fusion.schedules.vnni.lowering_error`) is dropped: that kernel stays as it
     is, and a warning names it and TVM's reason, instead of the whole build failing."""
     vnni = target_has_features("avx512vnni", target)
     updated = {}
@@ -106,8 +106,8 @@ def default_gpu_schedule(mod: tvm.IRModule, target: tvm.target.Target, hw=None, 
     """
     if family_of(target).wmma_intrinsics:  # the Matmul rule's WMMA path needs the intrinsics
         import_tensor_intrinsics()
-    # an integer GEMM on its packed weight: DP4A (gpu/int8.py); dlight has no rule for it
-    # an fp16 GEMM on CDNA: matrix cores (gpu/mfma.py); dlight tensorizes for CUDA only
+    # an integer GEMM on its packed weight: DP4A (schedules/dp4a.py); dlight has no rule for it
+    # an fp16 GEMM on CDNA: matrix cores (schedules/mfma.py); dlight tensorizes for CUDA only
     rules = (PackedInt8Dp4a(), RocmMfmaMatmul(), dl.gpu.Matmul(), dl.gpu.GEMV(),
              dl.gpu.Reduction(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback())

@@ -96,7 +96,7 @@ def light_parser_stack():
 
 def import_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` inside :func:`light_parser_stack`, and register
-    ours (:mod:`.vnni`); idempotent."""
+    ours (:mod:`tvm_fusion.schedules.vnni`); idempotent."""
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         register_vnni_intrin()
         return
@@ -125,7 +125,7 @@ def register_vnni_intrin() -> str:
     """Register :data:`VNNI_INTRIN` once (idempotent); returns its name.
 
     TVM 0.27's ``dot_16x4_vnni`` with the operands of ``llvm.x86.avx512.vpdpbusd.512`` as
-    the wheel's LLVM declares them (``<64 x i8>``; see :mod:`tvm_fusion.tune.vnni`). The
+    the wheel's LLVM declares them (``<64 x i8>``; see :mod:`tvm_fusion.schedules.vnni`). The
     description is TVM's ``dot_product_16x4_u8i8i32_desc``, restated here so that a
     process that only tensorizes with ours (the default int8 schedules, ``compile``) does
     not parse TVM's 249 intrinsics (17-38 s on this machine's loaded cores, not 0.1 s)."""

@@ -20,8 +20,8 @@ from tvm.s_tir import meta_schedule as ms
 from ..graph import OpGraph
 from ..plan import FusionPlan, apply_plan, describe_plan, plan_from_groups
 from ..plan.baseline import fuseops_groups
-from .fast_import import import_tensor_intrinsics
-from .ms_compat import schedule_pools_like_reductions
+from ..compat.fast_import import import_tensor_intrinsics
+from ..compat.ms_compat import schedule_pools_like_reductions
 from .prepack import mark_layout_free
 
 
