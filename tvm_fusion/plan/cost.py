@@ -216,10 +216,12 @@ def _elementwise(model, nid, members, terms):
     fused contraction runs on its register tile, at the contraction's share: its
     operands are already in vector registers (a GELU's erf polynomial after a pointwise
     conv ran at 0.9 of peak, where the vector share of a standalone op priced it 4x
-    over: PP-OCRv6's GELU convs, 2.3x over in all)."""
+    over: PP-OCRv6's GELU convs, 2.3x over in all). Measured on float contractions
+    only: an int8 conv's requantizing epilogue keeps the vector share."""
     info = model.infos[nid]
     producers = [a for a in model.ancestors_in(nid, members)
-                 if model.infos[a].role == "contraction"] if len(members) > 1 else []
+                 if model.infos[a].role == "contraction"
+                 and not is_int8(model.operand_dtype(a))] if len(members) > 1 else []
     _add_op(model, nid, terms, matrix=False, tiles=math.ceil(info.out_elems / ELEM_TILE),
             efficiency=max(model.efficiency(a) for a in producers) if producers else None)
 
