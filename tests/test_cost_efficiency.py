@@ -62,19 +62,20 @@ def test_cpu_flops_run_at_the_share_of_peak_a_tuned_kernel_reaches(graph):
     # a GEMV: one row of one vector, 1 accumulator of the 8 the FMA pipes need
     assert cm.group_cost([gemv.id]).compute_us == pytest.approx(
         gemv.flops / (peak * eff.gemm / 8) * 1e6)
-    # the depthwise conv reduces over its 3x3 window only; W = 24 fills the 16 lanes
+    # the depthwise conv reduces over its 3x3 window only; W = 24 fills 24 of the 32
+    # lanes of two vectors
     assert cm.group_cost([dw.id]).compute_us == pytest.approx(
-        dw.flops / (peak * eff.depthwise) * 1e6)
+        dw.flops / (peak * eff.depthwise * 24 / 32) * 1e6)
     # the 3x3 conv runs in NCHW (TOPI's conv2d_nchw): its share is conv_nchw
     assert cm.group_cost([conv.id]).compute_us == pytest.approx(
-        conv.flops / (peak * eff.nchw_conv) * 1e6)
+        conv.flops / (peak * eff.nchw_conv * 24 / 32) * 1e6)
     no_nchw = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2))
     assert AnalyticalCostModel(graph, no_nchw).group_cost([conv.id]).compute_us == \
-        pytest.approx(conv.flops / (peak * 0.5) * 1e6)  # not fitted: the gemm share
+        pytest.approx(conv.flops / (peak * 0.5 * 24 / 32) * 1e6)  # not fitted: gemm's
     nchw = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2,
                                                  conv_nchw=0.25))
     assert AnalyticalCostModel(graph, nchw).group_cost([conv.id]).compute_us == \
-        pytest.approx(conv.flops / (peak * 0.25) * 1e6)
+        pytest.approx(conv.flops / (peak * 0.25 * 24 / 32) * 1e6)
     assert AnalyticalCostModel(graph, nchw).group_cost([mm.id]).compute_us == \
         pytest.approx(mm.flops / (peak * 0.5) * 1e6)
     # the shares of the target file, where it has them; every share 1 is the peak model
@@ -84,7 +85,7 @@ def test_cpu_flops_run_at_the_share_of_peak_a_tuned_kernel_reaches(graph):
         mm.flops / peak * 1e6)
     half = with_cpu_efficiency(hw, CpuEfficiency(gemm=0.5, depthwise=0.1, vector=0.2))
     assert AnalyticalCostModel(graph, half).group_cost([dw.id]).compute_us == pytest.approx(
-        dw.flops / (peak * 0.1) * 1e6)
+        dw.flops / (peak * 0.1 * 24 / 32) * 1e6)
 
 
 def _memory_case():
@@ -369,3 +370,27 @@ def test_unit_dims_carry_no_lanes_the_next_dim_out_does():
     assert lane_utilisation(hw, conv) == 1.0
     assert lane_utilisation(hw, gemv) == pytest.approx(2 / 16)
     assert lane_utilisation(tf.load_target("a100"), gemv) == 1.0  # GPUs: no lane term
+
+
+def test_a_cpu_contraction_splits_across_cores_by_register_tiles_and_pays_for_part_vectors():
+    """On a CPU a contraction's independent tiles are the rules' register tiles (16 lanes
+    x 16 accumulators on Zen 4), not GPU-sized 64 x 64 blocks: silero's first conv, 258 x
+    3 outputs, runs on both cores (9 us measured) where one 64 x 64 tile made it serial
+    (19 us predicted). A row of 40 outputs fills 40 of the 48 lanes of three vectors."""
+    from tvm_fusion.plan.cost import contraction_tile, lane_utilisation
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("MatMul", ["y", "w2"], ["z"])]
+    model = _model(nodes, [("x", [3, 258])], [("z", [3, 40])],
+                   [_w("w", [258, 258], 9), _w("w2", [258, 40], 10)], name="tiles",
+                   simplify=False)
+    graph = tf.build_graph(model.mod)
+    zen4, a100 = tf.load_target("x86_zen4"), tf.load_target("a100")
+    mm = [n for n in graph.nodes if n.op.startswith("matmul")]
+    wide, narrow = sorted(mm, key=lambda n: -int(n.shape[-1]))
+    assert contraction_tile(zen4, wide) == 16 * 16
+    assert contraction_tile(a100, wide) == 64 * 64
+    cost = AnalyticalCostModel(graph, zen4).group_cost([wide.id])
+    assert cost.tiles == 4 and cost.parallel_fraction == 1.0  # 774 outputs, 2 cores
+    assert lane_utilisation(zen4, narrow) == pytest.approx(40 / 48)
+    assert lane_utilisation(zen4, wide) == pytest.approx(258 / 272)

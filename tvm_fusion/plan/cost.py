@@ -239,7 +239,20 @@ def _contraction(model, nid, members, terms):
     terms.flops += node.flops
     terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True) \
         / lane_utilisation(model.hw, node) / model.efficiency(nid)
-    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
+    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / contraction_tile(model.hw, node)))
+
+
+def contraction_tile(hw, node) -> int:
+    """Output elements of one independent tile of a contraction: on GPUs a 64 x 64
+    block (``GEMM_TILE``); on CPUs one register tile of the rules' micro-kernel (MR x NR
+    accumulators, schedules/cpu_rules.py), whose outer loops are the parallel ones: half
+    the SIMD registers, each holding a vector of outputs. With 64 x 64 tiles silero's
+    first conv ([258, 3] outputs, 9 us measured) was one tile, so serial, and predicted
+    at 19 us."""
+    if not strategy(hw).vector_lanes:
+        return GEMM_TILE
+    lanes = max(int(hw.vector_width_bits) // tvm_bits(node.dtype), 1)
+    return lanes * max(int(hw.registers_per_unit) // 2, 1)
 
 
 def lane_utilisation(hw, node) -> float:
@@ -256,7 +269,7 @@ def lane_utilisation(hw, node) -> float:
         return 1.0
     lanes = max(int(hw.vector_width_bits) // tvm_bits(node.dtype), 1)
     extent = next((d for d in reversed(dims) if d > 1), 1)
-    return min(1.0, extent / lanes)
+    return extent / (math.ceil(extent / lanes) * lanes)
 
 
 @cost_rule("reduction")
@@ -547,7 +560,8 @@ class AnalyticalCostModel:
         for n in members:
             info = self.infos[n]
             if info.role == "contraction":
-                nests.append(math.ceil(info.out_elems / GEMM_TILE))
+                nests.append(math.ceil(info.out_elems
+                                       / contraction_tile(hw, self.graph.nodes[n])))
             elif info.role == "reduction":
                 nests += [info.rows] * max(info.passes, 1)
                 if any(self.infos[u].role in ("elementwise", "opaque")
