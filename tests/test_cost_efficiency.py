@@ -372,25 +372,57 @@ def test_unit_dims_carry_no_lanes_the_next_dim_out_does():
     assert lane_utilisation(tf.load_target("a100"), gemv) == 1.0  # GPUs: no lane term
 
 
-def test_a_cpu_contraction_splits_across_cores_by_register_tiles_and_pays_for_part_vectors():
-    """On a CPU a contraction's independent tiles are the rules' register tiles (16 lanes
-    x 16 accumulators on Zen 4), not GPU-sized 64 x 64 blocks: silero's first conv, 258 x
-    3 outputs, runs on both cores (9 us measured) where one 64 x 64 tile made it serial
-    (19 us predicted). A row of 40 outputs fills 40 of the 48 lanes of three vectors."""
-    from tvm_fusion.plan.cost import contraction_tile, lane_utilisation
+def test_a_short_innermost_dim_pays_for_the_part_vector_it_leaves():
+    """A row of 40 outputs fills 40 of the 48 lanes of three vectors, 258 outputs 258 of
+    272 (ppocr-rec's [60, 40] convs ran at 48% of peak where their share is 77%)."""
+    from tvm_fusion.plan.cost import lane_utilisation
 
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
              helper.make_node("MatMul", ["y", "w2"], ["z"])]
     model = _model(nodes, [("x", [3, 258])], [("z", [3, 40])],
-                   [_w("w", [258, 258], 9), _w("w2", [258, 40], 10)], name="tiles",
+                   [_w("w", [258, 258], 9), _w("w2", [258, 40], 10)], name="lanes",
                    simplify=False)
     graph = tf.build_graph(model.mod)
-    zen4, a100 = tf.load_target("x86_zen4"), tf.load_target("a100")
-    mm = [n for n in graph.nodes if n.op.startswith("matmul")]
-    wide, narrow = sorted(mm, key=lambda n: -int(n.shape[-1]))
-    assert contraction_tile(zen4, wide) == 16 * 16
-    assert contraction_tile(a100, wide) == 64 * 64
-    cost = AnalyticalCostModel(graph, zen4).group_cost([wide.id])
-    assert cost.tiles == 4 and cost.parallel_fraction == 1.0  # 774 outputs, 2 cores
+    zen4 = tf.load_target("x86_zen4")
+    wide, narrow = sorted((n for n in graph.nodes if n.op.startswith("matmul")),
+                          key=lambda n: -int(n.shape[-1]))
     assert lane_utilisation(zen4, narrow) == pytest.approx(40 / 48)
     assert lane_utilisation(zen4, wide) == pytest.approx(258 / 272)
+    assert lane_utilisation(tf.load_target("a100"), narrow) == 1.0
+
+
+def test_a_transpose_of_short_rows_streams_like_a_gather_and_a_long_rows_one_like_a_copy():
+    """MiniLM's head merge, [12, 128, 32] -> [128, 12, 32], keeps the innermost axis but
+    reads 128-byte rows from 12 places: it moved 31 GB/s against a copy's 133, so it is
+    priced at the ``strided`` share. With 64-float rows (256 bytes) the same permutation
+    streams; a bias broadcast along rows permutes nothing. As a GEMM's epilogue such a
+    transpose costs nothing more (MiniLM: 168 us with its head split, 164 without), so
+    there it keeps the GEMM's share."""
+    from tvm_fusion.plan.op_info import graph_info
+
+    nodes = [helper.make_node("Transpose", ["a"], ["ta"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["b"], ["tb"], perm=[1, 0, 2]),
+             helper.make_node("Add", ["c", "bias"], ["cb"])]
+    model = _model(nodes, [("a", [12, 128, 32]), ("b", [12, 128, 64]), ("c", [12, 128, 32])],
+                   [("ta", [128, 12, 32]), ("tb", [128, 12, 64]), ("cb", [12, 128, 32])],
+                   [_w("bias", [1, 32], 11)], name="rows", simplify=False)
+    graph = tf.build_graph(model.mod)
+    infos = graph_info(graph)
+    short, long = _node(graph, "transpose"), _node(graph, "transpose", 1)
+    assert infos[short.id].short_rows and not infos[long.id].short_rows
+    assert not infos[short.id].strided  # its innermost axis stays
+    assert not infos[_node(graph, "add").id].short_rows
+    cm = AnalyticalCostModel(graph, tf.load_target("x86_zen4"))
+    assert cm.memory_kind([short.id]) == "strided" and cm.memory_kind([long.id]) is None
+    mm = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+          helper.make_node("Reshape", ["y", "shape"], ["r"]),
+          helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2])]
+    heads = _model(mm, [("x", [128, 384])], [("t", [12, 128, 32])],
+                   [_w("w", [384, 384], 12),
+                    numpy_helper.from_array(np.array([128, 12, 32], dtype="int64"), "shape")],
+                   name="heads", simplify=False)
+    g2 = tf.build_graph(heads.mod)
+    cm2 = AnalyticalCostModel(g2, tf.load_target("x86_zen4"))
+    split = [n.id for n in g2.nodes]
+    assert graph_info(g2)[_node(g2, "transpose").id].short_rows
+    assert cm2.memory_kind(split) is None  # the GEMM's share, not strided

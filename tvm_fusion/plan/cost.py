@@ -239,20 +239,7 @@ def _contraction(model, nid, members, terms):
     terms.flops += node.flops
     terms.compute_s += node.flops / peak_flops(model.hw, dtype, matrix=True) \
         / lane_utilisation(model.hw, node) / model.efficiency(nid)
-    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / contraction_tile(model.hw, node)))
-
-
-def contraction_tile(hw, node) -> int:
-    """Output elements of one independent tile of a contraction: on GPUs a 64 x 64
-    block (``GEMM_TILE``); on CPUs one register tile of the rules' micro-kernel (MR x NR
-    accumulators, schedules/cpu_rules.py), whose outer loops are the parallel ones: half
-    the SIMD registers, each holding a vector of outputs. With 64 x 64 tiles silero's
-    first conv ([258, 3] outputs, 9 us measured) was one tile, so serial, and predicted
-    at 19 us."""
-    if not strategy(hw).vector_lanes:
-        return GEMM_TILE
-    lanes = max(int(hw.vector_width_bits) // tvm_bits(node.dtype), 1)
-    return lanes * max(int(hw.registers_per_unit) // 2, 1)
+    terms.tiles = min(terms.tiles, math.ceil(info.out_elems / GEMM_TILE))
 
 
 def lane_utilisation(hw, node) -> float:
@@ -560,8 +547,7 @@ class AnalyticalCostModel:
         for n in members:
             info = self.infos[n]
             if info.role == "contraction":
-                nests.append(math.ceil(info.out_elems
-                                       / contraction_tile(hw, self.graph.nodes[n])))
+                nests.append(math.ceil(info.out_elems / GEMM_TILE))
             elif info.role == "reduction":
                 nests += [info.rows] * max(info.passes, 1)
                 if any(self.infos[u].role in ("elementwise", "opaque")
@@ -605,6 +591,8 @@ class AnalyticalCostModel:
             return "strided"
         if any(i.role == "contraction" for i in infos):
             return None
+        if any(i.short_rows for i in infos):  # a GEMM's tile writes them at no cost
+            return "strided"
         reductions = [i for i in infos if i.role == "reduction"]
         if not reductions:
             return None

@@ -40,6 +40,12 @@ Read from the operator's PrimFunc in the legalized module:
     index of some input it reads does not follow the innermost index of what it writes
     (a transpose or layout change that moves the innermost axis: NCHW to NCHW16c and
     back). Each vector of its output gathers from as many cache lines.
+``short_rows``
+    It keeps the innermost axis but permutes the next one out, in rows of at most
+    ``SHORT_RUN_BYTES``: each row is a stream too short to run at the copy rate
+    (MiniLM's head merge, [12, 128, 32] -> [128, 12, 32], moved 31 GB/s against 133).
+    Written from a GEMM's register tile it costs nothing more (MiniLM's Q projection
+    with its head split: 168 us, the output projection without one: 164).
 ``fills``
     Some of its output elements read none of its inputs, or another input than the
     rest (a pad's border, a concatenate): its stored value selects with
@@ -88,6 +94,7 @@ class OpInfo:
     fills: bool = False
     horizontal: bool = False
     strided: bool = False
+    short_rows: bool = False
     transcendental: float = 0.0
     nchw_conv: bool = False  # a conv in NCHW: TOPI's conv2d_nchw / group_conv2d_nchw block
 
@@ -153,26 +160,41 @@ def _uses(expr, var) -> bool:
     return re.search(rf"\b{re.escape(var.name)}\b", str(expr)) is not None
 
 
-def _strided(func) -> bool:
-    """Whether a block of ``func`` reads an input across its innermost axis (see
-    ``strided`` in the module docstring): an input whose innermost extent is over 1
-    and whose innermost index does not use the iterator of the output's innermost
-    index."""
+SHORT_RUN_BYTES = 128  # two cache lines: a transpose's rows this short stream like a gather
+
+
+def _strided(func) -> tuple[bool, bool]:
+    """``(strided, short_rows)`` of ``func`` (see the module docstring). Strided: a
+    block reads an input whose innermost extent is over 1 and whose innermost index
+    does not use the iterator of the output's innermost index. Short rows: it does, but
+    the next index out does not follow the output's, and the rows are at most
+    ``SHORT_RUN_BYTES`` long."""
     blocks, allocs = _blocks(func)
+    short = False
     for b in blocks:
         if len(b.writes) != 1 or not b.writes[0].region:
             continue
-        inner = [iv.var for iv in b.iter_vars if _uses(b.writes[0].region[-1].min, iv.var)]
+        region = b.writes[0].region
+        inner = [iv.var for iv in b.iter_vars if _uses(region[-1].min, iv.var)]
         if not inner:
             continue
+        outer = [iv.var for iv in b.iter_vars if len(region) > 1 and
+                 _uses(region[-2].min, iv.var) and iv.var not in inner]
         for r in b.reads:
             if r.source.name in allocs or not r.region:
                 continue
-            extent = r.source.shape[-1]
-            if isinstance(extent, tvm.tirx.IntImm) and int(extent) > 1 and \
-                    not any(_uses(r.region[-1].min, v) for v in inner):
-                return True
-    return False
+            shape = r.source.shape
+            extent = shape[-1]
+            if not isinstance(extent, tvm.tirx.IntImm) or int(extent) <= 1:
+                continue
+            if not any(_uses(r.region[-1].min, v) for v in inner):
+                return True, False
+            row_bytes = int(extent) * max(tvm.DataType(r.source.dtype).bits // 8, 1)
+            short = short or (outer and len(r.region) > 1 and row_bytes <= SHORT_RUN_BYTES
+                              and isinstance(shape[-2], tvm.tirx.IntImm)
+                              and int(shape[-2]) > 1
+                              and not any(_uses(r.region[-2].min, v) for v in outer))
+    return False, bool(short)
 
 
 def _reduced_operands(block, reduce_ivs) -> set[str]:
@@ -199,9 +221,11 @@ def op_info(graph: OpGraph, node: OpNode) -> OpInfo:
             node.kind == "elemwise" and any(graph.nodes[i].shape != node.shape
                                             for i in node.inputs))) \
             and _selects(graph.mod[node.op])
-        strided = not node.library and node.kind == "injective" and _strided(graph.mod[node.op])
+        strided, short_rows = _strided(graph.mod[node.op]) \
+            if not node.library and node.kind == "injective" else (False, False)
         return OpInfo(role="elementwise", out_elems=out_elems, dtype_bytes=dbytes,
-                      fills=fills, strided=strided, transcendental=math)
+                      fills=fills, strided=strided, short_rows=short_rows,
+                      transcendental=math)
     if node.kind not in ("reduction", "gemm"):
         return OpInfo(role="opaque", out_elems=out_elems, dtype_bytes=dbytes,
                       transcendental=math)
