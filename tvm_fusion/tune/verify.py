@@ -29,6 +29,7 @@ import numpy as np
 import tvm
 
 from ..family import family_of
+from ..kernels.prepack import has_layout_rewrite
 from ..schedules.default import default_schedule
 from ..reference import max_rel_error
 from ..compat.fast_math import exp_lowerings, vectorizable_exp
@@ -107,7 +108,7 @@ def timed_form(mod: tvm.IRModule) -> tvm.IRModule:
     GEMV then took 965 ns against 58 ns in the runner, the plain loops won the side-by-
     side check, and the record kept the runner's time scaled by that ratio: 4.7 ns.
     """
-    if "layout_rewrite_preproc" not in mod.script(show_meta=False):
+    if not has_layout_rewrite(mod["main"]):
         return mod
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
